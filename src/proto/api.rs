@@ -1,0 +1,358 @@
+//! Public surface of the protocol core (the contract the edges code against).
+//!
+//! CONTRACT SKELETON: the bodies are placeholders to be replaced by the real engine
+//! (issue 2). Signatures and type names are fixed; internals may be split into files
+//! (seq, window, hotel, ack, wire, fragment, chunk, channel, peer, engine, stats, ...).
+
+/// Monotonic time in nanoseconds since an origin chosen by the caller.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Instant(pub u64);
+
+/// A span of time in nanoseconds.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Duration(pub u64);
+
+impl Duration {
+    pub const fn from_micros(us: u64) -> Self {
+        Duration(us * 1_000)
+    }
+    pub const fn from_millis(ms: u64) -> Self {
+        Duration(ms * 1_000_000)
+    }
+}
+
+impl core::ops::Add<Duration> for Instant {
+    type Output = Instant;
+    fn add(self, d: Duration) -> Instant {
+        Instant(self.0.saturating_add(d.0))
+    }
+}
+
+/// Index of a peer inside one `Engine` (dense, reused after `remove_peer`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PeerId(pub u32);
+
+/// Opaque token from the edge (descriptor pointer, request id); returned in completion events.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Cookie(pub u64);
+
+/// The two channels of a module. Each is its own datagram endpoint with its own MTU and credits.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Channel {
+    /// Small MTU: ACKs and tiny messages.
+    Priority = 0,
+    /// Everything else, and every retransmission.
+    Data = 1,
+}
+
+/// Engine configuration. Validated by `Engine::new`; invalid values give `ConfigError`.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Largest datagram (header + payload) on the data channel, bytes.
+    pub data_mtu: usize,
+    /// Largest datagram on the priority channel, bytes (default 768).
+    pub priority_mtu: usize,
+    /// Send window in segments, 1..=4096 (default 4096).
+    pub window: u16,
+    /// Delay before a standalone ACK when nothing to piggy-back on (default 30 µs).
+    pub ack_delay: Duration,
+    /// Initial retransmit timeout before any RTT sample (default 5 ms, the C original's).
+    pub rto_initial: Duration,
+    /// Floor of the adaptive retransmit timeout.
+    pub rto_min: Duration,
+    /// Cap of the adaptive retransmit timeout (backoff stops here).
+    pub rto_max: Duration,
+    /// Upper bound on retransmissions emitted per `handle_timeout`/progress pass (default 16).
+    pub max_resends_per_pass: usize,
+    /// A peer that acknowledges nothing for this long while data is outstanding is failed.
+    pub peer_timeout: Duration,
+    /// Send credits of each channel (datagrams in flight in the NIC before a send completion).
+    pub data_credits: u32,
+    pub priority_credits: u32,
+    /// This module's own identity as written in the `src` field of every datagram it sends.
+    pub local_id: u64,
+    /// This module's job key: datagrams whose key differs are dropped (strangers, stale jobs).
+    pub local_key: u64,
+    /// Initial sequence number of this module's send direction.
+    pub isn: u16,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            data_mtu: 1472,
+            priority_mtu: 768,
+            window: 4096,
+            ack_delay: Duration::from_micros(30),
+            rto_initial: Duration::from_millis(5),
+            rto_min: Duration::from_micros(500),
+            rto_max: Duration::from_millis(200),
+            max_resends_per_pass: 16,
+            peer_timeout: Duration::from_millis(30_000),
+            data_credits: 1024,
+            priority_credits: 127,
+            local_id: 0,
+            local_key: 0,
+            isn: 0,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl core::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// What the core needs to know about a remote module (from the modex).
+#[derive(Clone, Debug)]
+pub struct PeerInfo {
+    /// The peer's `local_id` (how its datagrams identify themselves).
+    pub remote_id: u64,
+    /// The peer's `local_key` (written into every datagram sent to it).
+    pub remote_key: u64,
+    /// The peer's `isn`.
+    pub remote_isn: u16,
+    /// Largest datagram the peer accepts on its data channel (min'ed with ours).
+    pub remote_data_mtu: usize,
+}
+
+/// Why a submission was refused. Nothing is queued when one is returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SubmitError {
+    UnknownPeer,
+    PeerFailed,
+    /// Too large for the wire format (fragment sizes are u32).
+    TooLarge,
+}
+
+/// Why an operation completed without success.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// The peer stopped acknowledging (peer-failure timeout) or was removed.
+    PeerUnreachable,
+    /// The target refused a PUT/GET (region unknown or out of bounds).
+    RemoteRefused,
+}
+
+/// Outputs other than datagrams. Drained by the edge after every call into the core.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A whole fragment arrived (a reassembled chunked fragment; single-datagram fragments
+    /// are returned in place by `handle_datagram`).
+    Deliver { peer: PeerId, tag: u8, data: Vec<u8> },
+    /// Every byte of a `submit_send` was acknowledged (or failed).
+    SendComplete { peer: PeerId, cookie: Cookie, result: Result<(), Failure> },
+    /// Every byte of a `submit_put` was acknowledged as landed at the target (or failed).
+    PutComplete { peer: PeerId, cookie: Cookie, result: Result<(), Failure> },
+    /// Every byte requested by `submit_get` has been handed out through `RxOutcome::Write`
+    /// (or the operation failed).
+    GetComplete { peer: PeerId, cookie: Cookie, result: Result<(), Failure> },
+    /// A peer asks this side to read `len` bytes at `offset` of region `region` and send them
+    /// back; the edge validates the region and answers with `Engine::answer_get`.
+    GetRequest { peer: PeerId, request: u32, region: u64, offset: u64, len: u64 },
+    /// Reported once per peer: it acknowledged nothing for `peer_timeout` while data was
+    /// outstanding. Everything queued for it completes with `Failure::PeerUnreachable`.
+    PeerFailed { peer: PeerId, remote_id: u64 },
+}
+
+/// Why an incoming datagram was dropped (each is also counted in `Stats`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum DropReason {
+    Malformed,
+    WrongKey,
+    UnknownSender,
+    Duplicate,
+    OutOfWindow,
+    BadChunk,
+    PeerFailed,
+}
+
+/// What `handle_datagram` decided about one incoming datagram.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RxOutcome {
+    /// Consumed by the core (an ACK, a chunk stored for reassembly, ...).
+    Consumed,
+    Dropped(DropReason),
+    /// A whole single-datagram fragment: hand `datagram[payload]` to the PML with `tag`,
+    /// straight from the receive buffer.
+    Deliver { peer: PeerId, tag: u8, payload: core::ops::Range<usize> },
+    /// Emulated RDMA data: write `datagram[payload]` at `offset` inside local region `region`
+    /// (a PUT target registered on this side, or a GET's local destination identified by
+    /// the cookie's region as given to `submit_get`). The edge must refuse (and report with
+    /// `Engine::refuse_write`) any write outside memory registered for it.
+    Write { peer: PeerId, region: u64, offset: u64, payload: core::ops::Range<usize> },
+}
+
+/// One datagram the core wants sent: bytes are `buf[..len]` of the buffer given to
+/// `poll_transmit`, to be sent on that channel to `peer`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Transmit {
+    pub peer: PeerId,
+    pub len: usize,
+}
+
+/// Counters, readable at any time; monotonic.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub sends: u64,
+    pub frag_sends: u64,
+    pub chunk_sends: u64,
+    pub resends_timeout: u64,
+    pub resends_fast: u64,
+    pub acks_alone: u64,
+    pub acks_piggybacked: u64,
+    pub recvs: u64,
+    pub dup_recvs: u64,
+    pub oow_low_recvs: u64,
+    pub oow_high_recvs: u64,
+    pub malformed_recvs: u64,
+    pub wrong_key_recvs: u64,
+    pub unknown_sender_recvs: u64,
+    pub bad_chunk_recvs: u64,
+    pub refused_writes: u64,
+    pub ack_recvs: u64,
+    pub dup_acks: u64,
+    pub old_acks: u64,
+    pub credits_exhausted: u64,
+    pub bytes_sent: u64,
+    pub bytes_received: u64,
+    pub peers_failed: u64,
+}
+
+/// The reliability engine of one BTL module.
+#[derive(Debug)]
+pub struct Engine {
+    _cfg: Config,
+}
+
+impl Engine {
+    pub fn new(cfg: Config) -> Result<Engine, ConfigError> {
+        Ok(Engine { _cfg: cfg })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self._cfg
+    }
+
+    /// Largest payload of a single-datagram fragment on the data channel.
+    pub fn max_frag_payload(&self) -> usize {
+        unimplemented!("issue 2")
+    }
+
+    /// Largest payload that goes on the priority channel as a tiny message.
+    pub fn max_tiny_payload(&self) -> usize {
+        unimplemented!("issue 2")
+    }
+
+    pub fn add_peer(&mut self, _now: Instant, _info: PeerInfo) -> PeerId {
+        unimplemented!("issue 2")
+    }
+
+    /// Forget a peer: anything queued or unacknowledged completes with `PeerUnreachable`.
+    pub fn remove_peer(&mut self, _now: Instant, _peer: PeerId) {
+        unimplemented!("issue 2")
+    }
+
+    /// True when nothing is queued or unacknowledged for `peer` (used by flush/del_procs).
+    pub fn is_idle(&self, _peer: PeerId) -> bool {
+        unimplemented!("issue 2")
+    }
+
+    /// Queue a PML fragment. Tiny ones go on the priority channel, others on the data channel,
+    /// chunked when larger than one datagram. `SendComplete` follows when all is acknowledged.
+    pub fn submit_send(
+        &mut self,
+        _now: Instant,
+        _peer: PeerId,
+        _tag: u8,
+        _data: Vec<u8>,
+        _cookie: Cookie,
+    ) -> Result<(), SubmitError> {
+        unimplemented!("issue 2")
+    }
+
+    /// Emulated PUT: `data` lands at `offset` of the peer's region `region` with no upcall there.
+    pub fn submit_put(
+        &mut self,
+        _now: Instant,
+        _peer: PeerId,
+        _region: u64,
+        _offset: u64,
+        _data: Vec<u8>,
+        _cookie: Cookie,
+    ) -> Result<(), SubmitError> {
+        unimplemented!("issue 2")
+    }
+
+    /// Emulated GET: read `len` bytes at `offset` of the peer's region `remote_region`; the
+    /// bytes come back as `RxOutcome::Write { region: local_region, offset: local_offset + i }`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn submit_get(
+        &mut self,
+        _now: Instant,
+        _peer: PeerId,
+        _remote_region: u64,
+        _remote_offset: u64,
+        _local_region: u64,
+        _local_offset: u64,
+        _len: u64,
+        _cookie: Cookie,
+    ) -> Result<(), SubmitError> {
+        unimplemented!("issue 2")
+    }
+
+    /// Answer an `Event::GetRequest`: `Ok(data)` sends the bytes back, `Err(())` refuses.
+    pub fn answer_get(
+        &mut self,
+        _now: Instant,
+        _peer: PeerId,
+        _request: u32,
+        _data: Result<Vec<u8>, ()>,
+    ) {
+        unimplemented!("issue 2")
+    }
+
+    /// The edge refused an `RxOutcome::Write` (outside registered memory): counted, and the
+    /// originating PUT/GET completes with `RemoteRefused`.
+    pub fn refuse_write(&mut self, _now: Instant, _peer: PeerId) {
+        unimplemented!("issue 2")
+    }
+
+    /// One received datagram on `channel`. Never panics, whatever the bytes.
+    pub fn handle_datagram(&mut self, _now: Instant, _channel: Channel, _datagram: &[u8]) -> RxOutcome {
+        unimplemented!("issue 2")
+    }
+
+    /// The NIC finished sending one datagram on `channel`: returns one credit.
+    pub fn handle_send_complete(&mut self, _channel: Channel) {
+        unimplemented!("issue 2")
+    }
+
+    /// Fire due timers: retransmissions, delayed ACKs, peer failure.
+    pub fn handle_timeout(&mut self, _now: Instant) {
+        unimplemented!("issue 2")
+    }
+
+    /// Next datagram to send on `channel`, written into `buf` (at least that channel's MTU).
+    /// Consumes one credit of the channel; `None` when nothing is due or no credit is left.
+    pub fn poll_transmit(&mut self, _now: Instant, _channel: Channel, _buf: &mut [u8]) -> Option<Transmit> {
+        unimplemented!("issue 2")
+    }
+
+    /// When `handle_timeout` should next be called, if anything is pending.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        unimplemented!("issue 2")
+    }
+
+    pub fn poll_event(&mut self) -> Option<Event> {
+        unimplemented!("issue 2")
+    }
+
+    pub fn stats(&self) -> &Stats {
+        unimplemented!("issue 2")
+    }
+}

@@ -1,0 +1,18 @@
+#![forbid(unsafe_code)]
+//! The protocol core: a pure, deterministic reliability engine.
+//!
+//! No `unsafe`, no FFI, no clock, no I/O. Time is always a parameter (`Instant`, nanoseconds
+//! from an arbitrary origin chosen by the caller). Inputs are `submit_*` / `handle_*` calls,
+//! outputs are polled: `poll_transmit` (datagrams), `poll_event` (completions, deliveries,
+//! failures), `poll_timeout` (when to call `handle_timeout` next). The core never calls back.
+//!
+//! The edges (fabric, Open MPI) drive exactly one `Engine` per BTL module. One `Engine`
+//! serves many peers; per-peer state lives in `PeerId`-indexed slots inside it.
+//!
+//! This file is the contract between the core and the edges: the types and the `Engine`
+//! method signatures below are what the edges rely on.
+
+
+mod api;
+
+pub use api::*;
