@@ -18,7 +18,8 @@ dest="${DESTDIR:-}$prefix"
 
 cargo build --release --quiet
 install -D -m 0755 target/release/libusnic_rs.so "$dest/mca_btl_usnic.so"
-echo "installed $dest/mca_btl_usnic.so"
+install -m 0644 help-mpi-btl-usnic.txt "$dest/help-mpi-btl-usnic.txt"
+echo "installed $dest/mca_btl_usnic.so and help-mpi-btl-usnic.txt"
 
 if [ -n "${DESTDIR:-}" ]; then
     echo "DESTDIR set: skipping the demo run"
