@@ -1,15 +1,82 @@
 #!/usr/bin/env bash
-# The README's test command: installs what is missing, then runs every check CI runs.
-set -euo pipefail
+# The README's test command: installs what is missing, then runs every check CI runs, in order from the
+# protocol core outwards. Each step's own pass/fail counts are added up into the closing line
+# `N passed, N failed`; a step that cannot run counts as failed and says why. Exit status is non-zero
+# when anything failed.
+#
+#   ./test.sh               everything
+#   ONLY="core mpi" ./test.sh   only the named steps (see the list at the bottom)
+set -uo pipefail
 cd "$(dirname "$0")"
-scripts/deps.sh
+scripts/deps.sh || { echo "deps: installation failed"; echo "0 passed, 1 failed"; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export PATH="$HOME/.cargo/bin:$PATH"
 
-step() { printf '\n=== %s\n' "$*"; }
+logdir=$(mktemp -d /tmp/usnic-test.XXXXXX)
+total_pass=0
+total_fail=0
+summary=()
 
-step "format"
-cargo fmt --check
-step "clippy"
-cargo clippy --all-targets --release -- -D warnings
-step "unit, scenario and simulation tests"
-cargo test --release
+# Runs one step, captures its output, and adds its counts: the last `N passed, N failed` line it printed,
+# else cargo's `test result:` lines, else 1 passed / 1 failed from its exit status.
+step() {
+    local name=$1
+    shift
+    if [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]]; then
+        return
+    fi
+    printf '\n=== %s: %s\n' "$name" "$*"
+    local log="$logdir/$name.log" start rc p f
+    start=$(date +%s)
+    "$@" 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    read -r p f < <(count "$log")
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+        f=1
+    fi
+    total_pass=$((total_pass + p))
+    total_fail=$((total_fail + f))
+    summary+=("$(printf '%-10s %5d passed %4d failed  %4ds  exit %d' "$name" "$p" "$f" $(($(date +%s) - start)) "$rc")")
+}
+
+count() {
+    local plain
+    plain=$(grep -E '^([A-Za-z-]+: )?[0-9]+ passed, [0-9]+ failed' "$1" | tail -1)
+    if [ -n "$plain" ]; then
+        echo "$plain" | sed -E 's/^([A-Za-z-]+: )?([0-9]+) passed, ([0-9]+) failed.*/\2 \3/'
+    elif grep -q '^test result:' "$1"; then
+        grep '^test result:' "$1" | sed -E 's/.* ([0-9]+) passed; ([0-9]+) failed.*/\1 \2/' |
+            awk '{p += $1; f += $2} END {print p + 0, f + 0}'
+    else
+        echo "1 0"
+    fi
+}
+
+# Static checks: formatting, lints, and the committed C header against what cbindgen generates now.
+static_checks() {
+    local ok=0 bad=0 tmp
+    if cargo fmt --check; then ok=$((ok + 1)); else echo "FAIL: cargo fmt --check"; bad=$((bad + 1)); fi
+    if cargo clippy --all-targets --release -- -D warnings; then ok=$((ok + 1)); else
+        echo "FAIL: clippy"; bad=$((bad + 1)); fi
+    if [ -f cbindgen.toml ]; then
+        tmp=$(mktemp)
+        if cbindgen --quiet --config cbindgen.toml --crate usnic_rs -o "$tmp" && cmp -s "$tmp" include/usnic_rs.h; then
+            ok=$((ok + 1))
+        else
+            echo "FAIL: include/usnic_rs.h differs from cbindgen's output; regenerate it:"
+            echo "      cbindgen --config cbindgen.toml --crate usnic_rs -o include/usnic_rs.h"
+            bad=$((bad + 1))
+        fi
+        rm -f "$tmp"
+    fi
+    echo "$ok passed, $bad failed"
+}
+
+step static static_checks
+step core cargo test --release
+
+echo
+echo "=== summary (logs in $logdir)"
+printf '%s\n' "${summary[@]}"
+echo "$total_pass passed, $total_fail failed"
+[ "$total_fail" -eq 0 ]

@@ -11,8 +11,8 @@ if ((${#missing[@]})); then
     echo "deps: installing ${missing[*]}"
     sudo_cmd=""
     [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
-    $sudo_cmd apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
+    $sudo_cmd apt-get -o DPkg::Lock::Timeout=600 update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${missing[@]}" >/dev/null
 fi
 command -v cargo >/dev/null || { echo "deps: cargo not found; install Rust (rustup) first" >&2; exit 1; }
 if ! command -v cbindgen >/dev/null; then

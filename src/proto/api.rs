@@ -143,17 +143,39 @@ pub enum Failure {
 pub enum Event {
     /// A whole fragment arrived (a reassembled chunked fragment; single-datagram fragments
     /// are returned in place by `handle_datagram`).
-    Deliver { peer: PeerId, tag: u8, data: Vec<u8> },
+    Deliver {
+        peer: PeerId,
+        tag: u8,
+        data: Vec<u8>,
+    },
     /// Every byte of a `submit_send` was acknowledged (or failed).
-    SendComplete { peer: PeerId, cookie: Cookie, result: Result<(), Failure> },
+    SendComplete {
+        peer: PeerId,
+        cookie: Cookie,
+        result: Result<(), Failure>,
+    },
     /// Every byte of a `submit_put` was acknowledged as landed at the target (or failed).
-    PutComplete { peer: PeerId, cookie: Cookie, result: Result<(), Failure> },
+    PutComplete {
+        peer: PeerId,
+        cookie: Cookie,
+        result: Result<(), Failure>,
+    },
     /// Every byte requested by `submit_get` has been handed out through `RxOutcome::Write`
     /// (or the operation failed).
-    GetComplete { peer: PeerId, cookie: Cookie, result: Result<(), Failure> },
+    GetComplete {
+        peer: PeerId,
+        cookie: Cookie,
+        result: Result<(), Failure>,
+    },
     /// A peer asks this side to read `len` bytes at `offset` of region `region` and send them
     /// back; the edge validates the region and answers with `Engine::answer_get`.
-    GetRequest { peer: PeerId, request: u32, region: u64, offset: u64, len: u64 },
+    GetRequest {
+        peer: PeerId,
+        request: u32,
+        region: u64,
+        offset: u64,
+        len: u64,
+    },
     /// Reported once per peer: it acknowledged nothing for `peer_timeout` while data was
     /// outstanding. Everything queued for it completes with `Failure::PeerUnreachable`.
     PeerFailed { peer: PeerId, remote_id: u64 },
@@ -179,12 +201,21 @@ pub enum RxOutcome {
     Dropped(DropReason),
     /// A whole single-datagram fragment: hand `datagram[payload]` to the PML with `tag`,
     /// straight from the receive buffer.
-    Deliver { peer: PeerId, tag: u8, payload: core::ops::Range<usize> },
+    Deliver {
+        peer: PeerId,
+        tag: u8,
+        payload: core::ops::Range<usize>,
+    },
     /// Emulated RDMA data: write `datagram[payload]` at `offset` inside local region `region`
     /// (a PUT target registered on this side, or a GET's local destination identified by
     /// the cookie's region as given to `submit_get`). The edge must refuse (and report with
     /// `Engine::refuse_write`) any write outside memory registered for it.
-    Write { peer: PeerId, region: u64, offset: u64, payload: core::ops::Range<usize> },
+    Write {
+        peer: PeerId,
+        region: u64,
+        offset: u64,
+        payload: core::ops::Range<usize>,
+    },
 }
 
 /// One datagram the core wants sent: bytes are `buf[..len]` of the buffer given to
@@ -323,7 +354,12 @@ impl Engine {
     }
 
     /// One received datagram on `channel`. Never panics, whatever the bytes.
-    pub fn handle_datagram(&mut self, _now: Instant, _channel: Channel, _datagram: &[u8]) -> RxOutcome {
+    pub fn handle_datagram(
+        &mut self,
+        _now: Instant,
+        _channel: Channel,
+        _datagram: &[u8],
+    ) -> RxOutcome {
         unimplemented!("issue 2")
     }
 
@@ -339,7 +375,12 @@ impl Engine {
 
     /// Next datagram to send on `channel`, written into `buf` (at least that channel's MTU).
     /// Consumes one credit of the channel; `None` when nothing is due or no credit is left.
-    pub fn poll_transmit(&mut self, _now: Instant, _channel: Channel, _buf: &mut [u8]) -> Option<Transmit> {
+    pub fn poll_transmit(
+        &mut self,
+        _now: Instant,
+        _channel: Channel,
+        _buf: &mut [u8],
+    ) -> Option<Transmit> {
         unimplemented!("issue 2")
     }
 

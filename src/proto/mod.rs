@@ -12,7 +12,6 @@
 //! This file is the contract between the core and the edges: the types and the `Engine`
 //! method signatures below are what the edges rely on.
 
-
 mod api;
 
 pub use api::*;
