@@ -39,7 +39,13 @@ pub struct Peer {
     pub tx_count: u64,
     /// Latest transmission counter known delivered (RACK-style loss detection).
     pub rack_tx: u64,
+    /// Round trip of the segment that set `rack_tx` (includes its queueing in the NIC).
+    pub rack_rtt: u64,
     pub rack_deadline: Option<Instant>,
+    /// Reordering allowance in quarters of the minimum RTT (adaptive, >= 1).
+    pub reo_mult: u32,
+    /// Fast repairs since the allowance last changed that were not spurious.
+    pub good_repairs: u32,
     /// Last acknowledgement progress (or the start of outstanding work).
     pub last_progress: Instant,
     pub next_msg_id: u32,
@@ -84,7 +90,10 @@ impl Peer {
             resend_q: VecDeque::with_capacity(cap),
             tx_count: 0,
             rack_tx: 0,
+            rack_rtt: 0,
             rack_deadline: None,
+            reo_mult: 1,
+            good_repairs: 0,
             last_progress: now,
             next_msg_id: 1,
             next_request: 1,

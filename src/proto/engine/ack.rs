@@ -3,8 +3,9 @@
 //! An ACK carries the cumulative ACK and a selective-ACK bitmap (32 bits in every header, up
 //! to 4064 more in a standalone ACK). A segment is declared lost without waiting for its
 //! timeout when a segment transmitted after it has been delivered and it has itself been out
-//! for at least `min_rtt * 5/4` (RACK-style: time-based, so reordering shorter than a quarter
-//! RTT is tolerated, and a segment is fast-repaired at most once per round trip).
+//! for at least that segment's round trip plus a reordering allowance (RACK-style: a quarter
+//! of the minimum RTT, widened when a repair turns out to have been spurious). A segment is
+//! thus fast-repaired at most once per round trip.
 
 use super::{finish_op, Engine};
 use crate::proto::api::*;
@@ -94,9 +95,23 @@ fn delivered(p: &mut Peer, peer: PeerId, rec: &SegRec, now: Instant, events: &mu
     let rtt = now.0.saturating_sub(rec.sent_at.0);
     if !rec.retx {
         p.rtt.sample(rtt);
+    } else if rec.fast {
+        // Acknowledged sooner after the repair than any round trip takes: the original
+        // arrived after all, it was only reordered. Widen the reordering allowance.
+        if rtt < p.rtt.min_rtt() / 2 {
+            p.reo_mult = (p.reo_mult + 1).min(MAX_REO_MULT);
+            p.good_repairs = 0;
+        } else {
+            p.good_repairs += 1;
+            if p.good_repairs >= 64 && p.reo_mult > 1 {
+                p.reo_mult -= 1;
+                p.good_repairs = 0;
+            }
+        }
     }
-    if rec.tx > p.rack_tx && (!rec.retx || rtt >= p.rtt.min_rtt()) {
+    if !rec.prio && rec.tx > p.rack_tx && (!rec.retx || rtt >= p.rtt.min_rtt()) {
         p.rack_tx = rec.tx;
+        p.rack_rtt = rtt;
     }
     if let Some(op) = p.ops.get_mut(rec.op) {
         op.segs_out = op.segs_out.saturating_sub(1);
@@ -111,11 +126,14 @@ fn delivered(p: &mut Peer, peer: PeerId, rec: &SegRec, now: Instant, events: &mu
     }
 }
 
+/// Upper bound of the reordering allowance, in quarters of the minimum RTT.
+const MAX_REO_MULT: u32 = 8;
+
 /// Walks the hotel from its oldest room: segments transmitted before a delivered one and out
 /// for `min_rtt * 5/4` are declared lost. Returns true if any was.
 pub(super) fn detect_losses(p: &mut Peer, now: Instant) -> bool {
     let min_rtt = p.rtt.min_rtt();
-    let wait = min_rtt + min_rtt / 4;
+    let wait = p.rack_rtt.max(min_rtt) + min_rtt / 4 * p.reo_mult as u64;
     let mut any = false;
     p.rack_deadline = None;
     while let Some((room, seq, _)) = p.hotel.peek() {

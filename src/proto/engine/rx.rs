@@ -80,13 +80,17 @@ impl Engine {
                 self.ack_now(pid);
                 return RxOutcome::Dropped(DropReason::OutOfWindow);
             }
-            Accept::New { new_hole } => {
+            Accept::New {
+                new_hole,
+                fills_gap,
+            } => {
                 if !p.ack_owed {
                     p.ack_owed = true;
                     p.ack_deadline = now + self.cfg.ack_delay;
                 }
-                if new_hole {
-                    // A gap just opened: tell the sender at once so it can repair quickly.
+                if new_hole || fills_gap {
+                    // A gap just opened or closed: tell the sender at once, so it repairs
+                    // quickly and does not take a reordered segment for a lost one.
                     self.ack_now(pid);
                 }
             }

@@ -152,6 +152,7 @@ impl Engine {
                 tx: p.tx_count,
                 retx: false,
                 fast: false,
+                prio,
                 room,
             };
             p.sw.push(rec);
@@ -201,6 +202,7 @@ impl Engine {
                 r.sent_at = now;
                 r.tx = tx;
                 r.retx = true;
+                r.prio = false;
                 r.room = room;
                 let rec = *r;
                 let n = emit_segment(p, self.cfg.local_id, s, &rec, buf, &mut self.stats);

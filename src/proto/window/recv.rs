@@ -10,8 +10,9 @@ const MASK: u16 = MAX_WINDOW - 1;
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Accept {
     /// First arrival. `new_hole`: it lies beyond the highest arrival so far + 1, so a gap
-    /// (a probable loss) has just opened.
-    New { new_hole: bool },
+    /// (a probable loss) has just opened. `fills_gap`: it lies below the highest arrival (a
+    /// repair or a reordered segment); the sender wants to hear about both at once.
+    New { new_hole: bool, fills_gap: bool },
     /// Inside the window and already received.
     Duplicate,
     /// Before the window (already delivered and passed).
@@ -77,6 +78,7 @@ impl RecvWindow {
             return Accept::Duplicate;
         }
         let new_hole = s.diff(self.high) > 0;
+        let fills_gap = s.diff(self.high) < -1;
         if s.diff(self.high) >= 0 {
             self.high = s.plus(1);
         }
@@ -89,7 +91,10 @@ impl RecvWindow {
         } else {
             self.set(s, true);
         }
-        Accept::New { new_hole }
+        Accept::New {
+            new_hole,
+            fills_gap,
+        }
     }
 
     /// Number of selective-ACK bits worth sending: positions up to the highest arrival.
@@ -161,6 +166,7 @@ mod tests {
                     }
                     Accept::New {
                         new_hole: s > high + 1,
+                        fills_gap,
                     }
                 };
                 assert_eq!(r, expect);

@@ -32,6 +32,9 @@ pub struct SegRec {
     pub retx: bool,
     /// Declared lost by the fast path (else by timeout).
     pub fast: bool,
+    /// Latest transmission went on the priority channel (it may overtake data-channel
+    /// segments sent before it, so it does not drive loss detection).
+    pub prio: bool,
     pub room: RoomId,
 }
 
@@ -45,6 +48,7 @@ impl SegRec {
         tx: 0,
         retx: false,
         fast: false,
+        prio: false,
         room: RoomId { idx: 0, gen: 0 },
     };
 }
