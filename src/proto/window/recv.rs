@@ -159,6 +159,7 @@ mod tests {
                         .copied()
                         .unwrap_or(next - 1)
                         .max(next - 1);
+                    let fills_gap = s < high;
                     got.insert(s);
                     while got.contains(&next) {
                         got.remove(&next);
