@@ -13,9 +13,10 @@ pub enum Accept {
     /// (a probable loss) has just opened. `fills_gap`: it lies below the highest arrival (a
     /// repair or a reordered segment); the sender wants to hear about both at once.
     New { new_hole: bool, fills_gap: bool },
-    /// Inside the window and already received.
+    /// Already received: marked inside the window, or below it by at most a window (a
+    /// sender's window never exceeds 4096, so those were all received).
     Duplicate,
-    /// Before the window (already delivered and passed).
+    /// Further below the window than any sender can still have in flight.
     Low,
     /// Beyond the window.
     High,
@@ -69,7 +70,11 @@ impl RecvWindow {
         let s = Seq(seq);
         let d = s.diff(self.next);
         if d < 0 {
-            return Accept::Low;
+            return if d >= -(MAX_WINDOW as i16) {
+                Accept::Duplicate
+            } else {
+                Accept::Low
+            };
         }
         if d >= MAX_WINDOW as i16 {
             return Accept::High;
@@ -143,11 +148,13 @@ mod tests {
             let mut got: BTreeSet<i64> = BTreeSet::new();
             let mut next: i64 = isn as i64;
             for it in 0..40_000 {
-                let off = (rnd() % 4400) as i64 - 150;
+                let off = (rnd() % 4600) as i64 - 4300 + (rnd() % 4096) as i64;
                 let s = next + off;
                 let r = w.accept((s.rem_euclid(65536)) as u16);
-                let expect = if off < 0 {
+                let expect = if off < -4096 {
                     Accept::Low
+                } else if off < 0 {
+                    Accept::Duplicate
                 } else if off >= 4096 {
                     Accept::High
                 } else if got.contains(&s) {
