@@ -446,7 +446,7 @@ fn credits_limit_transmissions_and_come_back() {
     p.a.handle_send_complete(Channel::Data);
     assert!(p.a.poll_transmit(us(0), Channel::Data, &mut buf).is_some());
     assert!(
-        p.a.poll_transmit(us(0), Channel::Data, &mut vec![0u8; 100])
+        p.a.poll_transmit(us(0), Channel::Data, &mut [0u8; 100])
             .is_none(),
         "buffer below MTU"
     );
