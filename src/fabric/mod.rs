@@ -1,10 +1,13 @@
 //! The libfabric edge: every libfabric object and every `unsafe` call into libfabric lives here.
 //!
 //! TODO(doc): measured facts.
+mod bufpool;
+mod channel;
 mod clock;
 mod config;
 mod device;
 mod error;
+mod fid;
 mod iflist;
 mod info;
 mod module;
