@@ -1,6 +1,9 @@
 //! `Slab`: one channel's send or receive buffers in a single page-aligned allocation, so
 //! buffer addresses are stable for the module's lifetime and one registration covers them all.
-use std::alloc::{alloc_zeroed, dealloc, Layout};
+//!
+//! The memory comes from an anonymous `mmap`: with 64 KiB datagrams on `lo` a data channel
+//! has 64 MiB of receive buffers, and the kernel only backs the pages a datagram touches
+//! (an aligned `alloc_zeroed` would memset, and so commit, all of it up front).
 use std::ptr::NonNull;
 
 /// Buffers start on cache-line boundaries (the original rounds to the cache line too).
@@ -8,7 +11,7 @@ const CACHE_LINE: usize = 64;
 
 pub(crate) struct Slab {
     ptr: NonNull<u8>,
-    layout: Layout,
+    bytes: usize,
     stride: usize,
     count: usize,
 }
@@ -23,13 +26,26 @@ impl Slab {
         let bytes = stride
             .checked_mul(count.max(1))
             .expect("buffer pool size overflows");
-        let layout = Layout::from_size_align(bytes, 4096).expect("buffer pool layout");
-        // SAFETY: layout has a non-zero size.
-        let p = unsafe { alloc_zeroed(layout) };
-        let ptr = NonNull::new(p).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            let layout =
+                std::alloc::Layout::from_size_align(bytes, 4096).expect("buffer pool layout");
+            std::alloc::handle_alloc_error(layout);
+        }
+        let ptr = NonNull::new(p.cast()).expect("mmap returned NULL");
         Slab {
             ptr,
-            layout,
+            bytes,
             stride,
             count,
         }
@@ -42,7 +58,7 @@ impl Slab {
 
     /// Bytes of the whole allocation.
     pub(crate) fn bytes(&self) -> usize {
-        self.layout.size()
+        self.bytes
     }
 
     /// Start of buffer `i` (< count).
@@ -74,7 +90,8 @@ impl Slab {
 
 impl Drop for Slab {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout, freed once.
-        unsafe { dealloc(self.ptr.as_ptr(), self.layout) }
+        // SAFETY: mapped in `new` with this length, unmapped once; nothing refers to it any
+        // more (the owning channel closes its endpoint and registrations first).
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.bytes) };
     }
 }
