@@ -5,4 +5,5 @@
 //! - `fabric`: the libfabric edge (every libfabric object and `unsafe` call into it).
 //! - `ompi`: the Open MPI edge (entry points the C shim calls, descriptors, modex, MCA params).
 
+pub mod fabric;
 pub mod proto;

@@ -1,0 +1,226 @@
+//! Device discovery: the provider's FI_EP_DGRAM entries, one per IPv4 interface, filtered.
+use super::config::FabricConfig;
+use super::error::FabricError;
+use super::iflist::IfFilter;
+use super::info::{cstr, InfoList, OwnedInfo};
+use super::sys;
+use std::net::Ipv4Addr;
+
+/// IPv4 + UDP header bytes: a datagram of `mtu - 28` payload bytes fills one IPv4 packet.
+pub const IPV4_UDP_HEADERS: usize = 28;
+/// Largest UDP payload over IPv4 (65535 - 20 - 8).
+pub const MAX_UDP_PAYLOAD: usize = 65_507;
+
+/// One usable interface of the provider: what a module is opened on.
+#[derive(Clone)]
+pub struct DeviceInfo {
+    /// Linux interface name (`lo`, `eth0`); what if_include/if_exclude names match.
+    pub name: String,
+    /// The interface's IPv4 address (the endpoints bind to it).
+    pub ipv4: Ipv4Addr,
+    /// The interface's IPv4 netmask (from getifaddrs).
+    pub netmask: Ipv4Addr,
+    /// Datagram bytes this BTL uses on the data channel (see the module docs for the rule).
+    pub mtu: usize,
+    /// `/sys/class/net/<if>/speed` in Mb/s; 0 when the kernel does not know (virtual NICs).
+    pub link_speed_mbps: u32,
+    /// The interface MTU (`/sys/class/net/<if>/mtu`), 0 when unknown.
+    pub if_mtu: usize,
+    /// The provider's advertised `ep_attr->max_msg_size`.
+    pub provider_max_msg_size: usize,
+    /// The provider name (`fabric_attr->prov_name`).
+    pub provider: String,
+    /// `ep_attr->protocol` (FI_PROTO_UDP, ...): peers must use the same transport.
+    pub protocol: u32,
+    /// True for a loopback interface (IFF_LOOPBACK).
+    pub is_loopback: bool,
+    /// The provider's entry for this interface, used to open the fabric, domain and EPs.
+    pub(crate) info: OwnedInfo,
+}
+
+impl std::fmt::Debug for DeviceInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceInfo")
+            .field("name", &self.name)
+            .field("ipv4", &self.ipv4)
+            .field("netmask", &self.netmask)
+            .field("mtu", &self.mtu)
+            .field("link_speed_mbps", &self.link_speed_mbps)
+            .field("if_mtu", &self.if_mtu)
+            .field("provider_max_msg_size", &self.provider_max_msg_size)
+            .field("provider", &self.provider)
+            .field("is_loopback", &self.is_loopback)
+            .finish()
+    }
+}
+
+/// One IPv4 address of a local interface, from getifaddrs.
+struct Iface {
+    name: String,
+    ipv4: Ipv4Addr,
+    netmask: Ipv4Addr,
+    loopback: bool,
+}
+
+fn interfaces() -> Vec<Iface> {
+    let mut out = Vec::new();
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs allocates a list we free with freeifaddrs below.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return out;
+    }
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: cur is an element of the list getifaddrs returned, valid until freeifaddrs.
+        let ifa = unsafe { &*cur };
+        cur = ifa.ifa_next;
+        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_addr points to a sockaddr whose family tells its real type; for
+        // AF_INET both ifa_addr and (if non-NULL) ifa_netmask are sockaddr_in.
+        unsafe {
+            if i32::from((*ifa.ifa_addr).sa_family) != libc::AF_INET {
+                continue;
+            }
+            let sin = &*(ifa.ifa_addr as *const libc::sockaddr_in);
+            let mask = if ifa.ifa_netmask.is_null() {
+                0
+            } else {
+                (*(ifa.ifa_netmask as *const libc::sockaddr_in))
+                    .sin_addr
+                    .s_addr
+            };
+            out.push(Iface {
+                name: std::ffi::CStr::from_ptr(ifa.ifa_name)
+                    .to_string_lossy()
+                    .into_owned(),
+                ipv4: Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+                netmask: Ipv4Addr::from(u32::from_be(mask)),
+                loopback: ifa.ifa_flags & libc::IFF_LOOPBACK as u32 != 0,
+            });
+        }
+    }
+    // SAFETY: head came from getifaddrs and is freed once; no reference into it survives.
+    unsafe { libc::freeifaddrs(head) };
+    out
+}
+
+/// A number from `/sys/class/net/<if>/<file>`, if the kernel provides a sane one.
+fn sysfs_number(ifname: &str, file: &str) -> Option<i64> {
+    // Alias names (`eth0:1`) share the parent's attributes.
+    let dev = ifname.split(':').next().unwrap_or(ifname);
+    std::fs::read_to_string(format!("/sys/class/net/{dev}/{file}"))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The IPv4 address of an `FI_SOCKADDR_IN` entry's `src_addr`.
+fn src_ipv4(info: &sys::fi_info) -> Option<Ipv4Addr> {
+    if info.addr_format != sys::FI_SOCKADDR_IN
+        || info.src_addr.is_null()
+        || info.src_addrlen < std::mem::size_of::<libc::sockaddr_in>()
+    {
+        return None;
+    }
+    // SAFETY: addr_format FI_SOCKADDR_IN and src_addrlen checked: src_addr is a sockaddr_in.
+    let sin = unsafe { &*(info.src_addr as *const libc::sockaddr_in) };
+    if i32::from(sin.sin_family) != libc::AF_INET {
+        return None;
+    }
+    Some(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)))
+}
+
+/// The data-channel datagram size for a device. The `udp` provider hands any length straight
+/// to the kernel socket (measured: up to 65507 bytes; see the module docs), so it follows the
+/// interface MTU; any other provider gets its advertised `max_msg_size`. `mtu_cap` bounds both.
+pub(crate) fn data_mtu(
+    provider: &str,
+    if_mtu: usize,
+    max_msg_size: usize,
+    mtu_cap: usize,
+) -> usize {
+    let mut mtu = if provider == "udp" && if_mtu > IPV4_UDP_HEADERS {
+        (if_mtu - IPV4_UDP_HEADERS).min(MAX_UDP_PAYLOAD)
+    } else {
+        max_msg_size
+    };
+    if mtu_cap > 0 {
+        mtu = mtu.min(mtu_cap);
+    }
+    mtu
+}
+
+fn keep(cfg: &FabricConfig, name: &str, ipv4: Ipv4Addr, loopback: bool) -> bool {
+    let matches = |list: &[IfFilter]| list.iter().any(|f| f.matches(name, ipv4));
+    if !cfg.if_include.is_empty() {
+        // An explicit include wins over the loopback rule.
+        return matches(&cfg.if_include);
+    }
+    if loopback && !cfg.include_loopback {
+        return false;
+    }
+    !matches(&cfg.if_exclude)
+}
+
+/// FI_EP_DGRAM devices of `cfg.provider`, IPv4 only, one per interface (its first IPv4
+/// entry), after include/exclude filtering, at most `cfg.max_modules` (0 = all), in the
+/// provider's order. Loopback interfaces are kept only when `include_loopback` is set or
+/// `if_include` matches them. No device at all is `Ok(vec![])`; setting both `if_include`
+/// and `if_exclude` is an error.
+pub fn discover(cfg: &FabricConfig) -> Result<Vec<DeviceInfo>, FabricError> {
+    if !cfg.if_include.is_empty() && !cfg.if_exclude.is_empty() {
+        return Err(FabricError::invalid(
+            "discover",
+            "if_include and if_exclude are mutually exclusive; set only one",
+        ));
+    }
+    let list = InfoList::datagram(&cfg.provider)?;
+    let ifaces = interfaces();
+    let mut out: Vec<DeviceInfo> = Vec::new();
+    for info in list.iter() {
+        let Some(ipv4) = src_ipv4(info) else { continue };
+        // SAFETY: fi_getinfo fills every attribute pointer of the entries it returns.
+        let (ep, dom, fab) = unsafe { (&*info.ep_attr, &*info.domain_attr, &*info.fabric_attr) };
+        if ep.type_ != sys::FI_EP_DGRAM {
+            continue;
+        }
+        let domain_name = cstr(dom.name);
+        // The udp provider names the domain after the interface; trust getifaddrs first.
+        let iface = ifaces
+            .iter()
+            .find(|i| i.ipv4 == ipv4 && i.name == domain_name)
+            .or_else(|| ifaces.iter().find(|i| i.ipv4 == ipv4));
+        let (name, netmask, loopback) = match iface {
+            Some(i) => (i.name.clone(), i.netmask, i.loopback),
+            None => (domain_name, Ipv4Addr::BROADCAST, ipv4.is_loopback()),
+        };
+        if out.iter().any(|d| d.name == name) || !keep(cfg, &name, ipv4, loopback) {
+            continue;
+        }
+        let provider = cstr(fab.prov_name);
+        let if_mtu = sysfs_number(&name, "mtu").filter(|m| *m > 0).unwrap_or(0) as usize;
+        let link_speed_mbps = sysfs_number(&name, "speed")
+            .filter(|s| *s > 0 && *s <= u32::MAX as i64)
+            .unwrap_or(0) as u32;
+        out.push(DeviceInfo {
+            mtu: data_mtu(&provider, if_mtu, ep.max_msg_size, cfg.mtu_cap),
+            name,
+            ipv4,
+            netmask,
+            link_speed_mbps,
+            if_mtu,
+            provider_max_msg_size: ep.max_msg_size,
+            provider,
+            protocol: ep.protocol,
+            is_loopback: loopback,
+            info: OwnedInfo::dup(info)?,
+        });
+        if cfg.max_modules > 0 && out.len() == cfg.max_modules {
+            break;
+        }
+    }
+    Ok(out)
+}
