@@ -26,6 +26,7 @@
 #define USNIC_TEST_COMMON_H
 
 #include <mpi.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -82,6 +83,8 @@ static void pat_fill(void *buf, size_t len, uint64_t seed)
 
 /* ---- error recording -------------------------------------------------- */
 
+static pthread_mutex_t t_lock = PTHREAD_MUTEX_INITIALIZER; /* threads test */
+
 static void t_error(const char *fmt, ...)
 {
     char msg[ERRLEN];
@@ -89,19 +92,22 @@ static void t_error(const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    pthread_mutex_lock(&t_lock);
     if (t_errors == 0) snprintf(t_first, sizeof t_first, "%s", msg);
     t_errors++;
     if (t_errors <= 5)
         fprintf(stderr, "%s rank %d: error: %s\n", t_name, t_rank, msg);
+    pthread_mutex_unlock(&t_lock);
 }
 
 /* the MPITEST_CORRUPT self-test flips one received byte, once, on the last rank */
 static void t_maybe_corrupt(void *buf, size_t len)
 {
-    if (t_corrupt && len > 0 && t_rank == t_size - 1) {
-        ((uint8_t *)buf)[len / 2] ^= 0x5a;
-        t_corrupt = 0;
-    }
+    if (!t_corrupt || len == 0 || t_rank != t_size - 1) return;
+    pthread_mutex_lock(&t_lock);
+    if (t_corrupt) ((uint8_t *)buf)[len / 2] ^= 0x5a;
+    t_corrupt = 0;
+    pthread_mutex_unlock(&t_lock);
 }
 
 /*
