@@ -55,7 +55,7 @@ run_one() {
     line=$(grep -m1 -E "^(PASS|FAIL) $prog np=" "$log")
     if [ "${SELFTEST:-0}" = 1 ]; then
         # the checker must catch the deliberately corrupted byte
-        if [ $rc -ne 0 ] && grep -qE "^FAIL $prog np=.*wrong" "$log"; then
+        if [ $rc -ne 0 ] && grep -qE "^FAIL $prog np=.*expected" "$log"; then
             verdict=PASS; detail="corruption detected: ${line#FAIL }"
         else
             verdict=FAIL; detail="corrupted byte NOT detected (rc=$rc): ${line:-no result line}"
