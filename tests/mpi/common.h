@@ -1,0 +1,266 @@
+/*
+ * Shared helpers for the usnic-rs MPI test programs.
+ *
+ * Every program fills send buffers with a pattern that depends on the byte's
+ * position and on a "seed" built from (sender, receiver, tag/iteration, size),
+ * so a byte delivered to the wrong offset, from the wrong peer, from an older
+ * iteration or twice in a row never compares equal.  Receive buffers are
+ * poisoned before each receive and carry guard bytes behind the message, so
+ * stale data and writes past the end are caught as well.
+ *
+ * Each program ends with ONE line on rank 0:
+ *   PASS <name> np=<n>: <summary>
+ *   FAIL <name> np=<n>: <k> error(s) on <m> rank(s); first (rank r): <details>
+ * and exits non-zero on failure.  A watchdog (alarm) aborts the job with a FAIL
+ * line if the program does not finish in time.
+ *
+ * Options common to all programs:
+ *   -t SECONDS   watchdog (default 120)
+ *   -s SCALE     multiply iteration counts (default 1; 0 = minimum)
+ *   -v           verbose progress on stderr
+ * Environment:
+ *   MPITEST_CORRUPT=1   deliberately corrupt one received byte on the highest
+ *                       rank (self-test of the checker: the program must FAIL)
+ */
+#ifndef USNIC_TEST_COMMON_H
+#define USNIC_TEST_COMMON_H
+
+#include <mpi.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ERRLEN 384
+
+static const char *t_name = "?";
+static int t_rank = -1, t_size = 0;
+static double t_scale = 1.0;
+static int t_verbose = 0;
+static unsigned t_timeout = 120;
+static long t_errors = 0;          /* errors found on this rank */
+static char t_first[ERRLEN] = "";  /* first error on this rank */
+static int t_corrupt = 0;          /* MPITEST_CORRUPT self-test pending */
+static double t_start;
+
+/* ---- pattern ---------------------------------------------------------- */
+
+static inline uint64_t mix64(uint64_t x)
+{
+    /* splitmix64 finaliser: every input bit changes about half the output bits */
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/* seed from up to four small integers (sender, receiver, tag, iteration...) */
+static inline uint64_t seed4(uint64_t a, uint64_t b, uint64_t c, uint64_t d)
+{
+    return mix64(mix64(mix64(mix64(a) ^ b) ^ c) ^ d);
+}
+
+static inline uint8_t pat_byte(uint64_t seed, size_t pos)
+{
+    return (uint8_t)(mix64(seed ^ (uint64_t)(pos >> 3)) >> ((pos & 7) * 8));
+}
+
+static void pat_fill(void *buf, size_t len, uint64_t seed)
+{
+    uint8_t *p = buf;
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w = mix64(seed ^ (uint64_t)(i >> 3));
+        memcpy(p + i, &w, 8); /* little endian: byte k of w = pat_byte(i+k) */
+    }
+    for (; i < len; i++) p[i] = pat_byte(seed, i);
+}
+
+/* ---- error recording -------------------------------------------------- */
+
+static pthread_mutex_t t_lock = PTHREAD_MUTEX_INITIALIZER; /* threads test */
+
+static void t_error(const char *fmt, ...)
+{
+    char msg[ERRLEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    pthread_mutex_lock(&t_lock);
+    if (t_errors == 0) snprintf(t_first, sizeof t_first, "%s", msg);
+    t_errors++;
+    if (t_errors <= 5)
+        fprintf(stderr, "%s rank %d: error: %s\n", t_name, t_rank, msg);
+    pthread_mutex_unlock(&t_lock);
+}
+
+/* the MPITEST_CORRUPT self-test flips one received byte, once, on the last rank */
+static void t_maybe_corrupt(void *buf, size_t len)
+{
+    if (!t_corrupt || len == 0 || t_rank != t_size - 1) return;
+    pthread_mutex_lock(&t_lock);
+    if (t_corrupt) ((uint8_t *)buf)[len / 2] ^= 0x5a;
+    t_corrupt = 0;
+    pthread_mutex_unlock(&t_lock);
+}
+
+/*
+ * Checks len bytes of buf against the pattern; what says what was received
+ * (e.g. "pingpong 0->1 size 4096 iter 2").  Returns the number of bad bytes.
+ */
+static long pat_check(const void *buf, size_t len, uint64_t seed, const char *what)
+{
+    const uint8_t *p = buf;
+    long bad = 0;
+    size_t first = 0;
+    t_maybe_corrupt((void *)buf, len);
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] != pat_byte(seed, i)) {
+            if (!bad) first = i;
+            bad++;
+        }
+    }
+    if (bad)
+        t_error("%s: %ld of %zu bytes wrong, first at offset %zu: expected 0x%02x got 0x%02x",
+                what, bad, len, first, pat_byte(seed, first), p[first]);
+    return bad;
+}
+
+/* poison + guard: receive buffers are allocated with GUARD spare bytes */
+#define GUARD 64
+#define POISON 0xEE
+
+static void *t_alloc(size_t len)
+{
+    void *p = malloc(len + GUARD);
+    if (!p) {
+        fprintf(stderr, "%s rank %d: malloc(%zu) failed\n", t_name, t_rank, len + GUARD);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    return p;
+}
+
+static void t_poison(void *buf, size_t len) { memset(buf, POISON, len + GUARD); }
+
+static long guard_check(const void *buf, size_t len, const char *what)
+{
+    const uint8_t *p = (const uint8_t *)buf + len;
+    for (size_t i = 0; i < GUARD; i++)
+        if (p[i] != POISON) {
+            t_error("%s: byte written past the end of the %zu-byte message (guard offset %zu = 0x%02x)",
+                    what, len, i, p[i]);
+            return 1;
+        }
+    return 0;
+}
+
+static void count_check(MPI_Status *st, MPI_Datatype dt, int expect, const char *what)
+{
+    int n = -1;
+    MPI_Get_count(st, dt, &n);
+    if (n != expect) t_error("%s: MPI_Get_count = %d, expected %d", what, n, expect);
+}
+
+/* ---- watchdog --------------------------------------------------------- */
+
+static void t_alarm(int sig)
+{
+    (void)sig;
+    char msg[256];
+    int n = snprintf(msg, sizeof msg,
+                     "FAIL %s np=%d: watchdog: rank %d still running after %u s (hang?), aborting\n",
+                     t_name, t_size, t_rank, t_timeout);
+    if (n > 0) (void)!write(STDOUT_FILENO, msg, (size_t)n);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+    _exit(3);
+}
+
+static int t_iters(int base)
+{
+    int n = (int)(base * t_scale + 0.5);
+    return n < 1 ? 1 : n;
+}
+
+static void t_log(const char *fmt, ...)
+{
+    if (!t_verbose) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "[%s r%d %.2fs] ", t_name, t_rank, MPI_Wtime() - t_start);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+/* parse common options, set up watchdog; call right after MPI_Init* */
+static void t_setup(const char *name, int argc, char **argv)
+{
+    t_name = name;
+    MPI_Comm_rank(MPI_COMM_WORLD, &t_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &t_size);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-t") && i + 1 < argc) t_timeout = (unsigned)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-s") && i + 1 < argc) t_scale = atof(argv[++i]);
+        else if (!strcmp(argv[i], "-v")) t_verbose = 1;
+    }
+    const char *c = getenv("MPITEST_CORRUPT");
+    t_corrupt = c && *c && strcmp(c, "0");
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    signal(SIGALRM, t_alarm);
+    if (t_timeout) alarm(t_timeout);
+    /* errors (e.g. truncation) must come back as codes so they are reported, not fatal */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    t_start = MPI_Wtime();
+}
+
+/* check an MPI return code */
+#define MPICHK(call)                                                                  \
+    do {                                                                              \
+        int rc_ = (call);                                                             \
+        if (rc_ != MPI_SUCCESS) {                                                     \
+            char es_[MPI_MAX_ERROR_STRING];                                           \
+            int el_ = 0;                                                              \
+            MPI_Error_string(rc_, es_, &el_);                                         \
+            t_error("%s:%d: %s returned %d (%s)", __FILE__, __LINE__, #call, rc_, es_); \
+        }                                                                             \
+    } while (0)
+
+/*
+ * Collects the result of every rank, prints the one PASS/FAIL line on rank 0,
+ * finalizes MPI and returns the process exit code.
+ */
+static int t_finish(const char *summary)
+{
+    long errs = t_errors, total = 0;
+    int failed_here = errs > 0, failed_ranks = 0;
+    char *all = NULL;
+    if (t_rank == 0) all = calloc((size_t)t_size, ERRLEN);
+    MPI_Reduce(&errs, &total, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPI_Reduce(&failed_here, &failed_ranks, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPI_Gather(t_first, ERRLEN, MPI_CHAR, all, ERRLEN, MPI_CHAR, 0, MPI_COMM_WORLD);
+    double el = MPI_Wtime() - t_start;
+    if (t_rank == 0) {
+        if (total == 0) {
+            printf("PASS %s np=%d: %s (%.2f s)\n", t_name, t_size, summary, el);
+        } else {
+            int r = 0;
+            while (r < t_size && all[(size_t)r * ERRLEN] == 0) r++;
+            printf("FAIL %s np=%d: %ld error(s) on %d rank(s); first (rank %d): %s (%.2f s)\n", t_name,
+                   t_size, total, failed_ranks, r, r < t_size ? all + (size_t)r * ERRLEN : "?", el);
+        }
+        fflush(stdout);
+    }
+    free(all);
+    MPI_Bcast(&total, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+    alarm(0);
+    MPI_Finalize();
+    return total ? 1 : 0;
+}
+
+#endif

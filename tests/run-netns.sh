@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Runs the MPI test programs of tests/mpi/ with ranks spread over several
+# "hosts" made on this machine by ../shared/tools/netns-cluster.sh (network +
+# UTS namespaces on a bridge, subnet $NC_NET.0/24), optionally with loss,
+# delay and reordering injected between them.  Must run as root.
+#
+# usage: tests/run-netns.sh [program ...]        (default: all programs)
+# environment:
+#   BTL=usnic,self      BTL list (--mca btl); BTL=tcp,self validates the programs and the setup
+#   LAYOUTS="2:1 2:2 3:1"  runs as HOSTS:RANKS_PER_HOST (2:2 = 4 ranks, 2 on each of h1, h2);
+#                       demo_pingpong runs only where that gives 2 ranks
+#   NETEM=""            impairment for every host's egress, netns-cluster.sh syntax, e.g.
+#                       "loss 5%", "delay 200us 100us reorder 25%", "loss 1% delay 100us 50us"
+#   NETEM_BOTH=1        also impair ingress (netns-cluster.sh netem --both)
+#   MPI_ARGS=""         extra mpirun arguments (e.g. --mca btl_usnic_* knobs)
+#   TIMEOUT=300         seconds per run (the program's own watchdog fires 15 s earlier)
+#   SCALE=1, OSC=pt2pt, SELFTEST=1   as in tests/run-mpi.sh
+#   NC=path             netns-cluster.sh (default: ../shared/tools/netns-cluster.sh from the project root)
+#   NC_NET=10.77.0      cluster /24 prefix (passed to netns-cluster.sh)
+#   NC_PIN=1            pin host I to CPU (I-1) mod nproc (netns-cluster.sh)
+#   KEEP_CLUSTER=1      leave the cluster up at the end
+# If it cannot run (not root, no network namespaces, the cluster does not come
+# up, an impairment cannot be installed) it says why, prints "0 passed, 1 failed"
+# and exits 1: never a silent pass.
+set -u
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+. tests/mpi/runlib.sh
+
+BTL=${BTL:-usnic,self}
+LAYOUTS=${LAYOUTS:-2:1 2:2 3:1}
+NETEM=${NETEM:-}
+TIMEOUT=${TIMEOUT:-300}
+SCALE=${SCALE:-1}
+MPI_ARGS=${MPI_ARGS:-}
+export NC_NET=${NC_NET:-10.77.0}
+NC=${NC:-$ROOT/../shared/tools/netns-cluster.sh}
+PROGS=${*:-$ALL_PROGS}
+LOGDIR=$BIN_DIR/logs/netns-$(date +%Y%m%d-%H%M%S)
+
+cannot() {
+    echo "run-netns: cannot run: $*"
+    echo "0 passed, 1 failed"
+    exit 1
+}
+
+for p in $PROGS; do
+    [[ " $ALL_PROGS " == *" $p "* ]] || { echo "error: unknown program '$p' (known: $ALL_PROGS)" >&2; exit 2; }
+done
+[ "$(id -u)" -eq 0 ] || cannot "must be run as root (network namespaces, bridge, nftables); try: sudo $0"
+[ -x "$NC" ] || cannot "netns-cluster.sh not found or not executable at $NC (set NC=...)"
+command -v ip >/dev/null || cannot "ip (iproute2) not found: apt-get install iproute2"
+command -v unshare >/dev/null || cannot "unshare (util-linux) not found"
+command -v mpirun >/dev/null || cannot "mpirun not found (apt-get install openmpi-bin)"
+ip netns list >/dev/null 2>&1 || cannot "'ip netns' does not work here (no network namespace support?)"
+# a throwaway namespace proves the kernel lets us create one
+probe=usnicrs-probe-$$
+ip netns add "$probe" 2>/dev/null || cannot "cannot create a network namespace (ip netns add failed: no CONFIG_NET_NS or no privilege)"
+ip netns del "$probe"
+build_programs || cannot "the MPI programs do not build"
+mkdir -p "$LOGDIR"
+
+# largest host count needed
+hmax=0
+for l in $LAYOUTS; do
+    [[ "$l" =~ ^([0-9]+):([0-9]+)$ ]] || cannot "bad LAYOUTS entry '$l' (want HOSTS:RANKS_PER_HOST)"
+    [ "${BASH_REMATCH[1]}" -gt "$hmax" ] && hmax=${BASH_REMATCH[1]}
+done
+
+# Only one user of the cluster at a time: netns-cluster.sh has fixed host names (h1..hN).
+exec 9>/run/lock/usnic-rs-netns.lock
+flock -w 600 9 || cannot "another run-netns.sh holds /run/lock/usnic-rs-netns.lock"
+
+owned=1
+if [ -s /run/netns-cluster/hosts ]; then
+    have=$(wc -l </run/netns-cluster/hosts)
+    echo "run-netns: note: a netns cluster is already up ($have host(s)); someone else may be using it."
+    if [ "$have" -ge "$hmax" ]; then
+        owned=0
+        echo "run-netns: reusing it as is, and leaving it up at the end"
+    fi
+fi
+
+cleanup() {
+    local h
+    if [ -n "$NETEM" ]; then
+        for h in $(seq 1 "$hmax"); do "$NC" netem "h$h" clear >/dev/null 2>&1; done
+    fi
+    if [ "$owned" = 1 ] && [ "${KEEP_CLUSTER:-0}" != 1 ]; then "$NC" down >/dev/null 2>&1; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+if [ "$owned" = 1 ]; then
+    "$NC" up "$hmax" >"$LOGDIR/cluster-up.log" 2>&1 || { cat "$LOGDIR/cluster-up.log"; cannot "netns-cluster.sh up $hmax failed (log above)"; }
+    cat "$LOGDIR/cluster-up.log"
+fi
+if [ -n "$NETEM" ]; then
+    both=()
+    [ "${NETEM_BOTH:-0}" = 1 ] && both=(--both)
+    for h in $(seq 1 "$hmax"); do
+        # shellcheck disable=SC2086
+        "$NC" netem "h$h" "${both[@]}" $NETEM || cannot "netns-cluster.sh netem h$h '$NETEM' failed (delay/reorder need: $NC deps)"
+    done
+fi
+"$NC" status
+
+SELFARGS=()
+[ "${SELFTEST:-0}" = 1 ] && SELFARGS=(-x MPITEST_CORRUPT=1)
+IFARGS=(--mca oob_tcp_if_include "$NC_NET.0/24")
+[[ ",$BTL," == *",tcp,"* ]] && IFARGS+=(--mca btl_tcp_if_include "$NC_NET.0/24")
+[[ ",$BTL," == *",usnic,"* ]] && IFARGS+=(--mca btl_usnic_if_include "$NC_NET.0/24")
+ncpu=$(nproc 2>/dev/null || echo 1)
+
+# processes left in a host after a failed run (an orted whose mpirun was killed)
+reap_strays() {
+    [ "$owned" = 1 ] || return 0
+    local h pids
+    for h in $(seq 1 "$hmax"); do
+        pids=$(ip netns pids "h$h" 2>/dev/null | tr '\n' ' ')
+        [ -n "${pids// /}" ] || continue
+        echo "               reaping leftover processes in h$h: $(ps -o pid=,comm= -p ${pids// /,} 2>/dev/null | tr '\n' ' ')"
+        # shellcheck disable=SC2086
+        kill -TERM $pids 2>/dev/null; sleep 1; kill -KILL $pids 2>/dev/null
+    done
+}
+
+echo "run-netns: BTL=$BTL LAYOUTS='$LAYOUTS' NETEM='${NETEM:-none}' SCALE=$SCALE TIMEOUT=${TIMEOUT}s MPI_ARGS='$MPI_ARGS' logs: $LOGDIR"
+start=$(date +%s)
+for prog in $PROGS; do
+    for l in $LAYOUTS; do
+        nh=${l%%:*} ppn=${l##*:}
+        np=$((nh * ppn))
+        [ -n "$(prog_nps "$prog" "$np")" ] || continue
+        hosts=$(for h in $(seq 1 "$nh"); do printf 'h%s:%s,' "$h" "$ppn"; done)
+        extra=()
+        [ "$np" -gt "$ncpu" ] && extra+=(--mca mpi_yield_when_idle 1)
+        # shellcheck disable=SC2046,SC2086
+        run_one "${nh}hosts" "$prog" "$np" "$LOGDIR/$prog.${nh}h.np$np.log" \
+            "$NC" exec h1 timeout -k 10 "$TIMEOUT" mpirun --allow-run-as-root -np "$np" --host "${hosts%,}" \
+            --bind-to none --mca plm_rsh_agent "$NC rsh-agent" "${IFARGS[@]}" \
+            --mca pml ob1 --mca btl "$BTL" "${extra[@]}" $(prog_args "$prog") "${SELFARGS[@]}" $MPI_ARGS \
+            "$BIN_DIR/$prog" -t $((TIMEOUT > 30 ? TIMEOUT - 15 : TIMEOUT)) -s "$SCALE"
+        [[ "${TABLE[-1]}" == *" PASS "* ]] || reap_strays
+    done
+done
+echo "run-netns: total $(( $(date +%s) - start )) s"
+[ -n "$NETEM" ] && for h in $(seq 1 "$hmax"); do
+    [ -f "/run/netns-cluster/h$h.netem.log" ] && tail -n 1 "/run/netns-cluster/h$h.netem.log" | sed "s/^/h$h /"
+done
+print_table
+[ "$RUNS_FAILED" -eq 0 ]
