@@ -293,3 +293,33 @@ fn repost_of_a_posted_buffer_is_ignored() {
         expect_datagram(&mut b, Channel::Data, &d);
     }
 }
+
+fn sysctl(name: &str) -> usize {
+    std::fs::read_to_string(format!("/proc/sys/net/core/{name}"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn udp_socket_buffers_are_sized_for_the_posted_receives() {
+    let cfg = FabricConfig {
+        rd_num: 200,
+        prio_rd_num: 50,
+        ..lo_cfg()
+    };
+    let m = Module::open(&lo(&cfg), &cfg).unwrap();
+    let (rmem_max, rmem_default) = (sysctl("rmem_max"), sysctl("rmem_default"));
+    for ch in CHANNELS {
+        let (rcv, snd) = m
+            .socket_buffers(ch)
+            .expect("the endpoint's socket is found");
+        // The kernel reports twice what was granted; it grants at most rmem_max.
+        let rd = if ch == Channel::Data { 200 } else { 50 };
+        let want = (rd * (m.channel_mtu(ch) + 1024)).min(rmem_max);
+        assert!(rcv >= want, "{ch:?}: SO_RCVBUF {rcv} < {want}");
+        assert!(rcv >= rmem_default, "never lowered");
+        assert!(snd > 0);
+    }
+}

@@ -64,6 +64,8 @@ pub(crate) struct ChannelRes {
     pub(crate) mtu: usize,
     /// The endpoint's bound address (network-order fields, as from getsockname).
     pub(crate) name: libc::sockaddr_in,
+    /// (SO_RCVBUF, SO_SNDBUF) of the endpoint's socket after sizing (udp provider only).
+    pub(crate) socket_buffers: Option<(usize, usize)>,
     tx_free: Vec<u32>,
     tx_state: Vec<TxState>,
     rx_state: Vec<RxState>,
@@ -79,6 +81,7 @@ impl ChannelRes {
         sizes: Sizes,
         need_mr: bool,
         prefix: usize,
+        tune_socket: bool,
     ) -> Result<ChannelRes, FabricError> {
         let mut attr = sys::fi_cq_attr {
             size: sizes.cq,
@@ -138,6 +141,12 @@ impl ChannelRes {
             ));
         }
 
+        let socket_buffers = if tune_socket {
+            super::sockbuf::size_for(&name, sizes.mtu, sizes.sd, sizes.rd)
+        } else {
+            None
+        };
+
         // Receive buffers get one spare byte: a datagram longer than the MTU fills it, which is
         // how an oversized (and, by the provider, silently truncated) datagram is detected.
         let rx = Slab::new(sizes.rd, prefix + sizes.mtu + 1);
@@ -179,6 +188,7 @@ impl ChannelRes {
             prefix,
             mtu: sizes.mtu,
             name,
+            socket_buffers,
             tx_free: (0..sizes.sd as u32).rev().collect(),
             tx_state: vec![TxState::Free; sizes.sd],
             rx_state: vec![RxState::Queued; sizes.rd],

@@ -212,8 +212,9 @@ impl Module {
         let av = Fid::new(av, "av")
             .ok_or_else(|| FabricError::invalid("fi_av_open", "returned NULL"))?;
 
-        let priority = ChannelRes::open(&domain, &av, &owned, prio, need_mr, prefix)?;
-        let data = ChannelRes::open(&domain, &av, &owned, data, need_mr, prefix)?;
+        let udp = dev.provider == "udp";
+        let priority = ChannelRes::open(&domain, &av, &owned, prio, need_mr, prefix, udp)?;
+        let data = ChannelRes::open(&domain, &av, &owned, data, need_mr, prefix, udp)?;
         let ipv4 = Ipv4Addr::from(u32::from_be(data.name.sin_addr.s_addr));
         tracing::debug!(
             "usnic module {} {ipv4}: priority port {} (mtu {prio_mtu}, sd {prio_sd}, rd {prio_rd}), data port {} (mtu {data_mtu}, sd {sd}, rd {rd}), mr {need_mr}, prefix {prefix}",
@@ -255,6 +256,12 @@ impl Module {
     /// priority channel, the device's `mtu` for the data channel.
     pub fn channel_mtu(&self, ch_: Channel) -> usize {
         self.channels[ch(ch_)].mtu
+    }
+
+    /// (SO_RCVBUF, SO_SNDBUF) in bytes, as the kernel reports them, of channel `ch`'s socket
+    /// after the edge sized it (udp provider only; None when not found or another provider).
+    pub fn socket_buffers(&self, c: Channel) -> Option<(usize, usize)> {
+        self.channels[ch(c)].socket_buffers
     }
 
     /// Number of send buffers of channel `ch` (= its send credits).
