@@ -8,6 +8,9 @@
 //!   receiver's count is shared through an atomic, standing in for credits), and a blast with
 //!   no flow control at all, which shows how much an unreliable sender loses.
 //!
+//! - for reference, libfabric's own `fi_pingpong -p udp -e dgram -S 8` (when installed) on the
+//!   same address in the same run, and the ratio of this floor's 8-byte mean to it.
+//!
 //! Devices: the one the BTL would use by default (first non-loopback interface; traffic
 //! between two endpoints on this host is looped back by the kernel anyway) and `lo`.
 //! `USNIC_BENCH_ITERS` sets the ping-pong iterations (default 10000).
@@ -165,6 +168,61 @@ fn pct(s: &[u64], p: f64) -> f64 {
     s[((s.len() - 1) as f64 * p) as usize] as f64 / 1000.0
 }
 
+/// A free TCP port for fi_pingpong's control connection (so parallel runs do not collide).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(47592)
+}
+
+/// `fi_pingpong -p udp -e dgram -S 8` between a server and a client on `addr`: its one-way
+/// `usec/xfer`, or None when the tool is missing, fails or takes longer than a minute.
+fn fi_pingpong(addr: std::net::Ipv4Addr, iters: usize) -> Option<f64> {
+    use std::process::{Command, Stdio};
+    let port = free_port().to_string();
+    let it = iters.to_string();
+    let args = ["-p", "udp", "-e", "dgram", "-S", "8", "-I", &it];
+    let mut server = Command::new("fi_pingpong")
+        .args(args)
+        .args(["-B", &port])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    thread::sleep(std::time::Duration::from_millis(300));
+    let mut client = Command::new("fi_pingpong")
+        .args(args)
+        .args(["-P", &port, &addr.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let ok = loop {
+        match client.try_wait() {
+            Ok(Some(st)) => break st.success(),
+            Ok(None) if std::time::Instant::now() < deadline => {
+                thread::sleep(std::time::Duration::from_millis(50))
+            }
+            _ => break false,
+        }
+    };
+    let _ = client.kill();
+    let _ = server.kill();
+    let _ = server.wait();
+    let out = client.wait_with_output().ok()?;
+    if !ok {
+        return None;
+    }
+    // Table: bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row = text
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some("8"))?;
+    row.split_whitespace().nth(6)?.parse().ok()
+}
+
 fn bench_device(label: &str, dev: &DeviceInfo, cfg: &FabricConfig, iters: usize) {
     let probe = Module::open(dev, cfg).expect("open");
     let (prio_mtu, data_mtu) = (
@@ -180,6 +238,7 @@ fn bench_device(label: &str, dev: &DeviceInfo, cfg: &FabricConfig, iters: usize)
         "{:<34} {:>10} {:>10} {:>10}",
         "ping-pong one-way latency", "p50 us", "p99 us", "mean us"
     );
+    let mut data8_mean = 0.0;
     for (name, ch, len) in [
         ("priority, 8 B", Channel::Priority, 8),
         ("data, 8 B", Channel::Data, 8),
@@ -188,6 +247,9 @@ fn bench_device(label: &str, dev: &DeviceInfo, cfg: &FabricConfig, iters: usize)
     ] {
         let s = pingpong(dev, cfg, ch, len, iters);
         let mean = s.iter().sum::<u64>() as f64 / s.len() as f64 / 1000.0;
+        if ch == Channel::Data && len == 8 {
+            data8_mean = mean;
+        }
         println!(
             "{:<34} {:>10.2} {:>10.2} {:>10.2}",
             format!("{name} ({len} B)"),
@@ -195,6 +257,20 @@ fn bench_device(label: &str, dev: &DeviceInfo, cfg: &FabricConfig, iters: usize)
             pct(&s, 0.99),
             mean
         );
+    }
+    match fi_pingpong(dev.ipv4, iters) {
+        Some(us) => println!(
+            "{:<34} {:>10} {:>10} {:>10.2}   (data 8 B mean / fi_pingpong = {:.2})",
+            "fi_pingpong -p udp -e dgram, 8 B",
+            "-",
+            "-",
+            us,
+            data8_mean / us
+        ),
+        None => println!(
+            "(fi_pingpong -p udp -e dgram unavailable or failed on {})",
+            dev.ipv4
+        ),
     }
     println!(
         "{:<34} {:>10} {:>10} {:>10}",
