@@ -347,3 +347,42 @@ fn every_discovered_device_carries_full_mtu_datagrams() {
         }
     }
 }
+
+#[test]
+fn registration_and_prefix_paths_work_when_a_provider_asks() {
+    // udp asks for neither; emulate a provider that wants FI_MR_LOCAL and a 16-byte prefix.
+    // (udp really sends the emulated prefix, so keep prefix + MTU under the 65507-byte limit.)
+    let cfg = FabricConfig {
+        mtu_cap: 9000,
+        ..lo_cfg()
+    };
+    let dev = lo(&cfg);
+    for emulate in [
+        usnic_rs::fabric::Emulate {
+            local_mr: true,
+            msg_prefix: 0,
+        },
+        usnic_rs::fabric::Emulate {
+            local_mr: false,
+            msg_prefix: 16,
+        },
+        usnic_rs::fabric::Emulate {
+            local_mr: true,
+            msg_prefix: 16,
+        },
+    ] {
+        let mut a = Module::open_emulating(&dev, &cfg, emulate).unwrap();
+        let mut b = Module::open_emulating(&dev, &cfg, emulate).unwrap();
+        let to_b = a.insert_peer(&b.local_address()).unwrap();
+        let to_a = b.insert_peer(&a.local_address()).unwrap();
+        for ch in CHANNELS {
+            for len in [0, 5, a.channel_mtu(ch)] {
+                let d = pattern(len, 9);
+                send(&mut a, ch, &to_b, &d);
+                expect_datagram(&mut b, ch, &d);
+                send(&mut b, ch, &to_a, &d);
+                expect_datagram(&mut a, ch, &d);
+            }
+        }
+    }
+}

@@ -33,6 +33,15 @@ enum RxState {
     Queued,
 }
 
+/// A fresh `requested_key` for `fi_mr_reg`. Without `FI_MR_PROV_KEY` the application picks
+/// the keys and they must be unique within the domain: registering the receive and send slabs
+/// both with key 0 fails with `-FI_ENOKEY` (found by the emulated-registration test). Keys are
+/// only ever used locally, so a process-wide counter is enough.
+fn next_mr_key() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// CQ entries fetched per `fi_cq_read`.
 const CQ_BATCH: usize = 64;
 
@@ -167,6 +176,7 @@ impl ChannelRes {
                         slab.base().cast(),
                         slab.bytes(),
                         access,
+                        next_mr_key(),
                         &mut mr,
                     )
                 })?;
