@@ -48,7 +48,9 @@
 //! - Modes: the provider returns `mode` 0 and `mr_mode` 0 even though the hints offer
 //!   `FI_MSG_PREFIX`, `FI_LOCAL_MR` and `FI_MR_LOCAL`: no prefix, no registration. Both
 //!   are honoured when a provider asks (prefix bytes reserved before each payload, buffers
-//!   registered with `fi_mr_reg` and their descriptors passed), but only the udp path is tested.
+//!   registered with `fi_mr_reg` with unique keys, descriptors passed). Both paths are run on
+//!   `udp` by emulation (`Module::open_emulating`, test only); no provider here needs them.
+//!   The provider's `max_msg_size` is taken as payload bytes, the prefix coming on top.
 //! - `FI_SOURCE`: the provider adds it to `caps` unasked, which makes it look every received
 //!   datagram's source address up in the AV. The protocol core identifies senders from a
 //!   header field, so the edge clears `FI_SOURCE` before opening the domain and endpoints.
