@@ -736,3 +736,89 @@ fn config_errors_name_the_field() {
     let e = Engine::new(Config::default()).unwrap();
     assert_eq!((e.max_frag_payload(), e.max_tiny_payload()), (1440, 736));
 }
+
+#[test]
+fn put_refusal_lost_then_repaired_still_fails_the_put() {
+    let mut p = pair();
+    p.a.submit_put(us(0), p.ab, 9, 0, vec![1; 100], Cookie(3))
+        .unwrap();
+    let d = tx(&mut p.a, us(0), Channel::Data);
+    assert!(matches!(
+        p.b.handle_datagram(us(10), Channel::Data, &d[0]),
+        RxOutcome::Write { .. }
+    ));
+    p.b.refuse_write(us(10), p.ba);
+    // No acknowledgement may leave B before the refusal has its sequence number.
+    p.b.handle_timeout(us(100));
+    assert!(
+        tx(&mut p.b, us(100), Channel::Priority).is_empty(),
+        "ACK held behind the refusal"
+    );
+    let r = tx(&mut p.b, us(100), Channel::Data);
+    assert_eq!(r.len(), 1);
+    let h = hdr(&r[0]);
+    assert_eq!(h.kind, Kind::PutRefuse);
+    assert_eq!(h.ack.unwrap().snd_next, h.seq.wrapping_add(1));
+    // The refusal is lost. A retransmits the put at its timeout; B re-ACKs the duplicate.
+    p.a.handle_timeout(us(5_000));
+    let d2 = tx(&mut p.a, us(5_000), Channel::Data);
+    assert_eq!(
+        p.b.handle_datagram(us(5_010), Channel::Data, &d2[0]),
+        RxOutcome::Dropped(DropReason::Duplicate)
+    );
+    let ack = tx(&mut p.b, us(5_010), Channel::Priority);
+    assert_eq!(ack.len(), 1);
+    p.a.handle_datagram(us(5_020), Channel::Priority, &ack[0]);
+    assert!(
+        events(&mut p.a).is_empty(),
+        "acknowledged, but a refusal may be in flight: held"
+    );
+    assert!(!p.a.is_idle(p.ab));
+    // B's refusal is repaired; A learns the truth.
+    let t = p.b.poll_timeout().unwrap();
+    p.b.handle_timeout(t);
+    let r2 = tx(&mut p.b, t, Channel::Data);
+    assert_eq!(hdr(&r2[0]).kind, Kind::PutRefuse);
+    p.a.handle_datagram(Instant(t.0 + 10_000), Channel::Data, &r2[0]);
+    assert_eq!(
+        events(&mut p.a),
+        vec![Event::PutComplete {
+            peer: p.ab,
+            cookie: Cookie(3),
+            result: Err(Failure::RemoteRefused)
+        }]
+    );
+    assert!(p.a.is_idle(p.ab));
+}
+
+#[test]
+fn acknowledged_put_completes_once_the_barrier_is_passed() {
+    let mut p = pair();
+    // B has sent A a fragment that is still in flight when A's put gets acknowledged.
+    p.b.submit_send(us(0), p.ba, 1, vec![2; 1000], Cookie(1))
+        .unwrap();
+    let bf = tx(&mut p.b, us(0), Channel::Data);
+    p.a.submit_put(us(0), p.ab, 9, 0, vec![1; 100], Cookie(3))
+        .unwrap();
+    let d = tx(&mut p.a, us(0), Channel::Data);
+    p.b.handle_datagram(us(10), Channel::Data, &d[0]);
+    p.b.handle_timeout(us(40));
+    let ack = tx(&mut p.b, us(40), Channel::Priority);
+    p.a.handle_datagram(us(50), Channel::Priority, &ack[0]);
+    assert!(
+        events(&mut p.a).is_empty(),
+        "B's earlier segment not yet received: held"
+    );
+    assert!(matches!(
+        p.a.handle_datagram(us(60), Channel::Data, &bf[0]),
+        RxOutcome::Deliver { .. }
+    ));
+    assert_eq!(
+        events(&mut p.a),
+        vec![Event::PutComplete {
+            peer: p.ab,
+            cookie: Cookie(3),
+            result: Ok(())
+        }]
+    );
+}

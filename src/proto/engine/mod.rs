@@ -254,6 +254,14 @@ impl Engine {
                 result: Err(Failure::PeerUnreachable),
             });
         }
+        for h in p.held_puts.drain(..) {
+            self.events.push_back(Event::PutComplete {
+                peer,
+                cookie: h.cookie,
+                result: Err(Failure::PeerUnreachable),
+            });
+        }
+        p.refusals_unsent = 0;
         p.puts.clear();
         p.prio_q.clear();
         p.data_q.clear();
