@@ -129,6 +129,24 @@ fn goodput(loss: f64) -> f64 {
 }
 
 fn main() {
+    // `cargo bench --bench core -- probe N`: only push N 8-byte and N 1 KiB fragments, to count
+    // heap allocations with `valgrind --tool=dhat <bench binary> probe N`: the total is N*2
+    // (the fragments' own Vecs, made by this harness) plus a constant, i.e. the core itself
+    // allocates nothing per segment on the send/ACK path.
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "probe") {
+        let n: usize = args
+            .get(i + 1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(10_000);
+        let a = cpu_cost(8, 8 * n);
+        let b = cpu_cost(1024, 1024 * n);
+        println!(
+            "probe: {} + {} fragments, {} + {} segments",
+            a.frags, b.frags, a.segments, b.segments
+        );
+        return;
+    }
     println!("protocol core, two engines in memory, fragments A -> B, ACKs B -> A");
     println!(
         "CPU time of both engines together (sender + receiver), incl. the fragments' own Vecs"

@@ -240,6 +240,7 @@ fn forged_headers_with_valid_identity_never_panic() {
             Some(wire::AckInfo {
                 cum: rng.next_u64() as u16,
                 sack: rng.next_u64() as u32,
+                snd_next: rng.next_u64() as u16,
             })
         } else {
             None

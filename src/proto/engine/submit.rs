@@ -127,24 +127,30 @@ impl Engine {
         {
             return Err(SubmitError::TooLarge);
         }
-        let p = self.peers[peer.0 as usize].as_mut().expect("usable");
-        let request = p.alloc_request();
-        p.gets.insert(
-            request,
-            PendingGet {
-                local_region,
-                local_offset,
-                len,
-                got: 0,
-                cookie,
-            },
-        );
+        let request = self.peers[peer.0 as usize]
+            .as_mut()
+            .expect("usable")
+            .alloc_request();
         let kind = OpKind::GetReq {
             region: remote_region,
             offset: remote_offset,
         };
         let op = Self::new_op(kind, Vec::new(), len as u32, request, cookie);
         self.enqueue(now, peer.0, op, false);
+        self.peers[peer.0 as usize]
+            .as_mut()
+            .expect("usable")
+            .gets
+            .insert(
+                request,
+                PendingGet {
+                    local_region,
+                    local_offset,
+                    len,
+                    got: 0,
+                    cookie,
+                },
+            );
         Ok(())
     }
 
@@ -191,8 +197,15 @@ impl Engine {
                 // One refusal per put is enough; its other chunks are refused silently.
                 if p.last_refused_put != Some(id) {
                     p.last_refused_put = Some(id);
+                    p.refusals_unsent += 1;
+                    if !p.outstanding() {
+                        p.last_progress = now;
+                    }
                     let op = Self::new_op(OpKind::PutRefuse, Vec::new(), 0, id, Cookie(0));
-                    self.enqueue(now, pid, op, false);
+                    // First in line: acknowledgements are held until it has a sequence number.
+                    let idx = p.ops.insert(op);
+                    p.data_q.push_front(idx);
+                    self.ensure_ready(pid);
                 }
             }
             Some(LastWrite::Get {
