@@ -19,6 +19,9 @@
 #   NC_NET=10.77.0      cluster /24 prefix (passed to netns-cluster.sh)
 #   NC_PIN=1            pin host I to CPU (I-1) mod nproc (netns-cluster.sh)
 #   KEEP_CLUSTER=1      leave the cluster up at the end
+#   SHARED_NETEM=1      allow NETEM on a cluster this script did not bring up
+# netns-cluster.sh has fixed host names, so its users share one cluster: an existing cluster is
+# reused and left up, and it is taken down at the end only if no other process runs in it.
 # If it cannot run (not root, no network namespaces, the cluster does not come
 # up, an impairment cannot be installed) it says why, prints "0 passed, 1 failed"
 # and exits 1: never a silent pass.
@@ -74,6 +77,8 @@ flock -w 600 9 || cannot "another run-netns.sh holds /run/lock/usnic-rs-netns.lo
 owned=1
 if [ -s /run/netns-cluster/hosts ]; then
     have=$(wc -l </run/netns-cluster/hosts)
+    # never shrink someone else's cluster: "up N" removes hosts above N
+    [ "$have" -gt "$hmax" ] && hmax=$have
     echo "run-netns: note: a netns cluster is already up ($have host(s)); someone else may be using it."
     if [ "$have" -ge "$hmax" ]; then
         owned=0
@@ -86,7 +91,18 @@ cleanup() {
     if [ -n "$NETEM" ]; then
         for h in $(seq 1 "$hmax"); do "$NC" netem "h$h" clear >/dev/null 2>&1; done
     fi
-    if [ "$owned" = 1 ] && [ "${KEEP_CLUSTER:-0}" != 1 ]; then "$NC" down >/dev/null 2>&1; fi
+    if [ "$owned" = 1 ] && [ "${KEEP_CLUSTER:-0}" != 1 ]; then
+        # our runs are over (strays were reaped): processes still in a host belong to someone else
+        local busy=""
+        for h in $(cat /run/netns-cluster/hosts 2>/dev/null); do
+            [ -n "$(ip netns pids "$h" 2>/dev/null)" ] && busy+=" $h"
+        done
+        if [ -n "$busy" ]; then
+            echo "run-netns: leaving the cluster up: other processes run in$busy"
+        else
+            "$NC" down >/dev/null 2>&1
+        fi
+    fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -96,6 +112,8 @@ if [ "$owned" = 1 ]; then
     cat "$LOGDIR/cluster-up.log"
 fi
 if [ -n "$NETEM" ]; then
+    [ "$owned" = 1 ] || [ "${SHARED_NETEM:-0}" = 1 ] \
+        || cannot "NETEM on a cluster someone else brought up would impair their traffic too (SHARED_NETEM=1 to do it anyway)"
     both=()
     [ "${NETEM_BOTH:-0}" = 1 ] && both=(--both)
     for h in $(seq 1 "$hmax"); do
