@@ -118,6 +118,7 @@ int main(int argc, char **argv)
 {
     int provided, n = 10000;
     double max_secs = 10;
+    t_early("demo_pingpong", argc, argv);
     MPI_Init(&argc, &argv);
     MPI_T_init_thread(MPI_THREAD_SINGLE, &provided);
     t_setup("demo_pingpong", argc, argv);
@@ -140,6 +141,7 @@ int main(int argc, char **argv)
      * so a loaded machine ends the demo after max_secs instead of dragging on */
     int i = -warm, go = 1;
     while (go) {
+        T_WHERE("ping-pong round trips from %d (negative: warm-up)", i);
         for (int b = 0; b < 100 && i < n; b++, i++) {
             uint64_t s = seed4(0, (uint64_t)t_rank, 0, (uint64_t)(i + warm));
             pat_fill(sb, MSG, s);

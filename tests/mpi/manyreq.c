@@ -22,6 +22,7 @@ static uint64_t msg_seed(int src, int dst, int round, int i) { return seed4((uin
 
 int main(int argc, char **argv)
 {
+    t_early("manyreq", argc, argv);
     MPI_Init(&argc, &argv);
     t_setup("manyreq", argc, argv);
     for (int i = 1; i + 1 < argc; i++)
@@ -51,7 +52,9 @@ int main(int argc, char **argv)
             pat_fill(sb[j], msg_len(t_rank, i), msg_seed(t_rank, p, round, i));
             t_poison(rb[j], msg_len(p, i));
         }
+        T_WHERE("round %d (mode %d): barrier before posting", round, mode);
         MPI_Barrier(MPI_COMM_WORLD);
+        T_WHERE("round %d (mode %d): posting and completing %d requests", round, mode, 2 * n);
         if (mode == 0 || mode == 1) {
             for (int pass = 0; pass < 2; pass++) {
                 int recvs = (pass == 0) == (mode == 0);
