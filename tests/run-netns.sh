@@ -19,6 +19,7 @@
 #   NC_NET=10.77.0      cluster /24 prefix (passed to netns-cluster.sh)
 #   NC_PIN=1            pin host I to CPU (I-1) mod nproc (netns-cluster.sh)
 #   KEEP_CLUSTER=1      leave the cluster up at the end
+#   NC_LOCK_WAIT=1800   seconds to wait for the cluster lock
 #   SHARED_NETEM=1      allow NETEM on a cluster this script did not bring up
 # netns-cluster.sh has fixed host names, so its users share one cluster: an existing cluster is
 # reused and left up, and it is taken down at the end only if no other process runs in it.
@@ -71,8 +72,12 @@ for l in $LAYOUTS; do
 done
 
 # Only one user of the cluster at a time: netns-cluster.sh has fixed host names (h1..hN).
+# (tests/suite/netns.sh takes the same lock.)
 exec 9>/run/lock/usnic-rs-netns.lock
-flock -w 600 9 || cannot "another run-netns.sh holds /run/lock/usnic-rs-netns.lock"
+if ! flock -n 9; then
+    echo "run-netns: waiting for /run/lock/usnic-rs-netns.lock (another netns run holds it)"
+    flock -w "${NC_LOCK_WAIT:-1800}" 9 || cannot "another run holds /run/lock/usnic-rs-netns.lock for more than ${NC_LOCK_WAIT:-1800}s"
+fi
 
 owned=1
 if [ -s /run/netns-cluster/hosts ]; then
