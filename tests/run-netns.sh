@@ -123,7 +123,7 @@ if [ -n "$NETEM" ]; then
     [ "${NETEM_BOTH:-0}" = 1 ] && both=(--both)
     for h in $(seq 1 "$hmax"); do
         # shellcheck disable=SC2086
-        "$NC" netem "h$h" "${both[@]}" $NETEM || cannot "netns-cluster.sh netem h$h '$NETEM' failed (delay/reorder need: $NC deps)"
+        "$NC" netem "h$h" "${both[@]}" $NETEM 9>&- || cannot "netns-cluster.sh netem h$h '$NETEM' failed (delay/reorder need: $NC deps)"
     done
 fi
 "$NC" status

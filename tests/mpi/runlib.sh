@@ -47,7 +47,7 @@ run_one() {
     shift 4
     local t0 t1 rc verdict detail secs
     t0=$(date +%s.%N)
-    "$@" >"$log" 2>&1
+    "$@" >"$log" 2>&1 9>&-   # fd 9: the netns cluster lock stays with the runner
     rc=$?
     t1=$(date +%s.%N)
     secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')
