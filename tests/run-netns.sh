@@ -20,7 +20,7 @@
 #   NC_PIN=1            pin host I to CPU (I-1) mod nproc (netns-cluster.sh)
 #   KEEP_CLUSTER=1      leave the cluster up at the end
 #   NC_LOCK_WAIT=1800   seconds to wait for the cluster lock
-#   SHARED_NETEM=1      allow NETEM on a cluster this script did not bring up
+#   SHARED_NETEM=1      allow NETEM while other processes run inside the hosts
 # netns-cluster.sh has fixed host names, so its users share one cluster: an existing cluster is
 # reused and left up, and it is taken down at the end only if no other process runs in it.
 # If it cannot run (not root, no network namespaces, the cluster does not come
@@ -117,8 +117,11 @@ if [ "$owned" = 1 ]; then
     cat "$LOGDIR/cluster-up.log"
 fi
 if [ -n "$NETEM" ]; then
-    [ "$owned" = 1 ] || [ "${SHARED_NETEM:-0}" = 1 ] \
-        || cannot "NETEM on a cluster someone else brought up would impair their traffic too (SHARED_NETEM=1 to do it anyway)"
+    # we hold the lock, so cooperating users are idle; processes inside the hosts would still be hit
+    busy=""
+    for h in $(seq 1 "$hmax"); do [ -n "$(ip netns pids "h$h" 2>/dev/null)" ] && busy+=" h$h"; done
+    [ -z "$busy" ] || [ "${SHARED_NETEM:-0}" = 1 ] \
+        || cannot "NETEM would impair other processes running in$busy (SHARED_NETEM=1 to do it anyway)"
     both=()
     [ "${NETEM_BOTH:-0}" = 1 ] && both=(--both)
     for h in $(seq 1 "$hmax"); do
