@@ -15,8 +15,9 @@ TABLE=()
 
 build_programs() {
     command -v "${MPICC:-mpicc}" >/dev/null || { echo "error: mpicc not found (apt-get install libopenmpi-dev)" >&2; return 1; }
-    if ! make -s -C "$MPI_DIR" MPICC="${MPICC:-mpicc}" >"$BIN_DIR.build.log" 2>&1; then
-        cat "$BIN_DIR.build.log" >&2
+    mkdir -p "$BIN_DIR"
+    if ! make -s -C "$MPI_DIR" MPICC="${MPICC:-mpicc}" >"$BIN_DIR/build.log" 2>&1; then
+        cat "$BIN_DIR/build.log" >&2
         echo "error: building the MPI test programs failed" >&2
         return 1
     fi
