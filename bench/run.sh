@@ -189,7 +189,8 @@ CFG_DESC[vader]="ob1 + btl vader,self (on-node ceiling)"
 CFG_ARGS[usnic]="--mca pml ob1 --mca btl usnic,self $USNIC_EXTRA_MCA"
 [ -n "$USNIC_DGRAM_PARAM" ] && CFG_ARGS[usnic]+=" --mca $USNIC_DGRAM_PARAM @DGRAM@"
 CFG_ARGS[tcp]="--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include $TCP_IF"
-CFG_ARGS[rxd]="--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include udp;ofi_rxd"
+# ^usnic: the plugin under test must not be opened (and fail) in the peer's job.
+CFG_ARGS[rxd]="--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include udp;ofi_rxd --mca btl ^usnic"
 CFG_ARGS[vader]="--mca pml ob1 --mca btl vader,self"
 ((NETNS)) && CFG_SKIP[vader]="not applicable across hosts (shared memory is on-node only)"
 if ! ompi_info 2>/dev/null | grep -q 'MCA btl: usnic'; then
@@ -197,7 +198,7 @@ if ! ompi_info 2>/dev/null | grep -q 'MCA btl: usnic'; then
 fi
 
 # ---- raw floor parameters ----
-PROV_MAX=$(FI_UDP_IFACE=$IFACE fi_info -p udp -t FI_EP_DGRAM -v 2>/dev/null | awk '/max_msg_size:/ {print $2; exit}')
+PROV_MAX=$(FI_UDP_IFACE=$IFACE fi_info -p udp -t FI_EP_DGRAM -v 2>/dev/null | awk '/max_msg_size:/ && m == "" {m = $2} END {print m}')
 PROV_MAX=${PROV_MAX:-1472}
 DGRAM_SIZE=${DGRAM_SIZE:-$PROV_MAX}
 [[ $DGRAM_SIZE =~ ^[0-9]+$ ]] || die "--dgram-size wants bytes"
@@ -269,7 +270,9 @@ run_job() {  # scenario config bench rep timeout -- command...
     if ((rc != 0)); then
         status=failed
         ((rc == 124 || rc == 137)) && note="timeout after ${tmo}s"
-        [ -z "$note" ] && note=$(grep -m1 -E 'error|Error|ERROR|abort|failed|unable|Signal' "$f.err" "$f" 2>/dev/null | cut -c1-160 | sed 's/^[^:]*://' || true)
+        # First error-looking line, without Open MPI's "[host:pid]" prefixes.
+        [ -z "$note" ] && note=$(cat "$f.err" "$f" 2>/dev/null | sed -E 's/\[[^]]*:[0-9]+\] ?//g; s/^ +//' |
+            grep -m1 -iE 'error|abort|failed|unable|signal|not implemented|cannot' | cut -c1-200 || true)
         [ -z "$note" ] && note=$(tail -n1 "$f.err" | cut -c1-160)
     fi
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$scen" "$cfg" "$bench" "$rep" "$status" "$rc" "$wall" "$others" \
