@@ -15,9 +15,10 @@
 set -euo pipefail
 
 # ---- Names that belong to the plugin and are not settled yet (TODO(plugin): fill in when they exist) ----
-# MCA parameter of btl usnic that sets (caps) its datagram size; the raw floor must use the same size, so the
-# runner passes DGRAM_SIZE to both. Empty = not passed (the BTL uses its default; the summary says so).
-USNIC_DGRAM_PARAM=${USNIC_DGRAM_PARAM:-}
+# MCA parameter of btl usnic that caps its data-channel datagram size. Passed only with --dgram-size N, which
+# then also sets the raw floor's size; without it the BTL follows its interface-MTU rule and the raw streaming
+# test (same fabric code) uses the same default size, which the summary prints.
+USNIC_DGRAM_PARAM=${USNIC_DGRAM_PARAM:-btl_usnic_mtu}
 # MCA parameter of btl usnic's fault injection: drop this percentage of outgoing datagrams (one-host --loss).
 # Empty = one-host loss runs of usnic are reported as not available for that reason.
 USNIC_LOSS_PARAM=${USNIC_LOSS_PARAM:-}
@@ -43,12 +44,15 @@ usage: bench/run.sh [options]
   --configs LIST     subset of usnic,tcp,rxd,vader (default all; usnic is always reported)
   --subject CFG      configuration the targets are judged for (default usnic)
   --target-time S    seconds per message size for the adaptive timed loops (default 0.1; quick 0.03)
-  --dgram-size N     datagram size of the raw floor (default: the udp provider's max_msg_size)
+  --dgram-size N     datagram size for usnic (--mca $USNIC_DGRAM_PARAM N) and the raw floor
+                     (default: the BTL's own rule; fi_pingpong uses the udp provider's max_msg_size)
   --no-netpipe       skip NetPIPE
   --no-boost         do not raise the benchmark's scheduling priority (setsid + autogroup nice -20 + nice -15)
   --out DIR          where summary.md and the PNGs go (default bench/results/<local|netns>[-quick])
 Environment: USNIC_DGRAM_PARAM, USNIC_LOSS_PARAM, USNIC_EXTRA_MCA (see the top of this script),
-  RAW_DGRAM_CMD (default "cargo bench --bench raw_datagram"), JOB_TIMEOUT (seconds, default 300).
+  RAW_DGRAM_CMD (default "cargo bench --bench raw_datagram"; setting it enables the raw streaming test
+  even without benches/raw_datagram.rs here), RAW_STREAM_SECTION (which device section of its output is
+  the floor; default "BTL default device"), JOB_TIMEOUT (seconds, default 300).
 EOF
 }
 
@@ -56,7 +60,7 @@ die() { echo "bench/run.sh: error: $*" >&2; exit 1; }
 say() { printf '%s\n' "$*"; }
 
 QUICK=0 REPS=5 NETNS=0 REUSE=0 LOSS="" CONFIGS="usnic,tcp,rxd,vader" SUBJECT=usnic TARGET_TIME=""
-DGRAM_SIZE="" NETPIPE=1 BOOST=1 OUT="" REPS_SET=0
+DGRAM_SIZE="" DGRAM_SET=0 NETPIPE=1 BOOST=1 OUT="" REPS_SET=0
 ARGS=("$@")
 while (($#)); do
     case $1 in
@@ -68,7 +72,7 @@ while (($#)); do
         --configs) CONFIGS=${2:?--configs needs a list}; shift ;;
         --subject) SUBJECT=${2:?--subject needs a configuration}; shift ;;
         --target-time) TARGET_TIME=${2:?}; shift ;;
-        --dgram-size) DGRAM_SIZE=${2:?}; shift ;;
+        --dgram-size) DGRAM_SIZE=${2:?}; DGRAM_SET=1; shift ;;
         --no-netpipe) NETPIPE=0 ;;
         --no-boost) BOOST=0 ;;
         --out) OUT=${2:?}; shift ;;
@@ -147,7 +151,7 @@ else
     SIZES_LAT=(-m 0:4194304)
     SIZES_BW=(-m 1:4194304)
     SIZES_MR=(-m 1:65536)
-    SIZES_LOSS=(-s 65536,262144,1048576,4194304)
+    SIZES_LOSS=(-s 65536,262144,1048576)
     NP_MAX=4194304 FPP_ITERS=10000 NP_ARGS=()
 fi
 COMMON_ARGS=(-t "$TARGET_TIME" -i 3)
@@ -187,7 +191,6 @@ CFG_DESC[tcp]="ob1 + btl tcp,self"
 CFG_DESC[rxd]="cm + mtl ofi udp;ofi_rxd"
 CFG_DESC[vader]="ob1 + btl vader,self (on-node ceiling)"
 CFG_ARGS[usnic]="--mca pml ob1 --mca btl usnic,self $USNIC_EXTRA_MCA"
-[ -n "$USNIC_DGRAM_PARAM" ] && CFG_ARGS[usnic]+=" --mca $USNIC_DGRAM_PARAM @DGRAM@"
 CFG_ARGS[tcp]="--mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include $TCP_IF"
 # ^usnic: the plugin under test must not be opened (and fail) in the peer's job.
 CFG_ARGS[rxd]="--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include udp;ofi_rxd --mca btl ^usnic"
@@ -202,12 +205,22 @@ PROV_MAX=$(FI_UDP_IFACE=$IFACE fi_info -p udp -t FI_EP_DGRAM -v 2>/dev/null | aw
 PROV_MAX=${PROV_MAX:-1472}
 DGRAM_SIZE=${DGRAM_SIZE:-$PROV_MAX}
 [[ $DGRAM_SIZE =~ ^[0-9]+$ ]] || die "--dgram-size wants bytes"
-for c in usnic; do CFG_ARGS[$c]=${CFG_ARGS[$c]//@DGRAM@/$DGRAM_SIZE}; done
-RAW_DGRAM_CMD=${RAW_DGRAM_CMD:-cargo bench --bench raw_datagram}
+if ((DGRAM_SET)); then
+    [ -n "$USNIC_DGRAM_PARAM" ] || die "--dgram-size: USNIC_DGRAM_PARAM is empty"
+    CFG_ARGS[usnic]+=" --mca $USNIC_DGRAM_PARAM $DGRAM_SIZE"
+    DGRAM_DESC="$DGRAM_SIZE B for usnic (--mca $USNIC_DGRAM_PARAM $DGRAM_SIZE) and fi_pingpong"
+else
+    DGRAM_DESC="usnic: its own rule (interface MTU; raw streaming uses the same code and prints the size); fi_pingpong: $DGRAM_SIZE B (udp provider max_msg_size)"
+fi
 HAVE_RAW_STREAM=0
-if [ -f "$ROOT/benches/raw_datagram.rs" ] || grep -qs 'name *= *"raw_datagram"' "$ROOT/Cargo.toml"; then
+if [ -n "${RAW_DGRAM_CMD:-}" ] || [ -f "$ROOT/benches/raw_datagram.rs" ] || grep -qs 'name *= *"raw_datagram"' "$ROOT/Cargo.toml"; then
     HAVE_RAW_STREAM=1
 fi
+RAW_DGRAM_CMD=${RAW_DGRAM_CMD:-cargo bench --bench raw_datagram}
+# The raw test reports two devices: the BTL's default one and loopback. The floor is the one usnic runs on:
+# on one host the launcher's FI_UDP_IFACE=lo puts usnic on lo (btl_usnic_verbose shows "module lo ... data
+# MTU 65507"); across namespaces usnic and the raw test (run inside h1) both default to veth0.
+if ((NETNS)); then RAW_STREAM_SECTION=${RAW_STREAM_SECTION:-BTL default device}; else RAW_STREAM_SECTION=${RAW_STREAM_SECTION:-loopback}; fi
 
 # ---- the meta file: machine, date, software, settings ----
 {
@@ -227,8 +240,10 @@ fi
     echo "binding: $BINDING"
     echo "priority: $BOOST_DESC"
     echo "dgram_size: $DGRAM_SIZE"
+    echo "dgram_rule: $DGRAM_DESC"
+    echo "raw_stream_section: $RAW_STREAM_SECTION"
     echo "provider_max_msg_size: $PROV_MAX"
-    echo "usnic_dgram_param: ${USNIC_DGRAM_PARAM:-<unset: the BTL uses its own default datagram size>}"
+    echo "usnic_dgram_param: $( ((DGRAM_SET)) && echo "$USNIC_DGRAM_PARAM=$DGRAM_SIZE" || echo "not passed (BTL default)")"
     echo "usnic_loss_param: ${USNIC_LOSS_PARAM:-<unset>}"
     echo "subject: $SUBJECT"
     echo "configs: $CONFIGS"
@@ -367,14 +382,19 @@ run_raw_stream() {
         record_skip clean raw_stream raw_datagram "not available: no raw_datagram bench in this tree (branch fabric adds it)"
         return
     fi
-    local rep sizes
-    sizes=$( ((QUICK)) && echo 65536,1048576 || echo 65536,131072,262144,524288,1048576,2097152,4194304 )
+    local rep iters
+    iters=$( ((QUICK)) && echo 2000 || echo 10000 )
+    local -a cmd pre=()
+    read -ra cmd <<<"$RAW_DGRAM_CMD"
+    # Across namespaces: inside h1, so its default device is veth0 and the datagram size matches (both
+    # threads are in h1: the kernel loops the datagrams back, it does not cross the bridge).
+    ((NETNS)) && pre=(env NC_PIN=1 "$NETNS_CLUSTER" exec h1)
+    # The bench is compiled once, outside the timed job (cargo bench --no-run).
+    (cd "$ROOT" && "${cmd[@]}" --no-run >"$RAW/raw_stream_build.log" 2>&1) ||
+        { record_skip clean raw_stream raw_datagram "build failed: $(grep -m1 -E '^error' "$RAW/raw_stream_build.log" | cut -c1-150)"; return; }
     for ((rep = 1; rep <= REPS; rep++)); do
-        # Contract (docs/benchmarks.md): lines "raw_datagram dgram=<D> size=<S> MB/s=<X>" on stdout.
-        local -a cmd; read -ra cmd <<<"$RAW_DGRAM_CMD"
-        (cd "$ROOT" && run_job clean raw_stream raw_datagram "$rep" 600 \
-            env RAW_DGRAM_SIZE="$DGRAM_SIZE" RAW_MSG_SIZES="$sizes" RAW_TARGET_TIME="$TARGET_TIME" FI_UDP_IFACE="$IFACE" \
-            "${cmd[@]}")
+        (cd "$ROOT" && run_job clean raw_stream raw_datagram "$rep" 600 "${pre[@]}" \
+            env USNIC_BENCH_ITERS="$iters" RAW_DGRAM_SIZE="$DGRAM_SIZE" "${cmd[@]}")
     done
 }
 

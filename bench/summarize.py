@@ -51,7 +51,36 @@ def parse_size_token(tok):
     return int(round(float(m.group(1)) * mult))
 
 
-def parse_job(raw, job):
+RAW_INFO = {}  # what the raw streaming test said about its datagram sizes, per device section
+
+
+def parse_raw_datagram(lines, section_wanted):
+    """Output of `cargo bench --bench raw_datagram` (branch fabric): device sections
+    '== <label>: <dev> <ip> (interface MTU M, data datagram D B, priority P B)' with streaming rows
+    'window 64 (D B)  <MB/s> <kdgram/s> <delivered>%'. Also accepts the documented contract lines
+    'raw_datagram dgram=D [size=S] MB/s=X'. Returns {size or -1: MB/s} for the wanted section."""
+    out = {}
+    section = None
+    for line in lines:
+        m = re.match(r"== (.+?): (\S+) (\S+) \(interface MTU (\d+), data datagram (\d+) B, priority (\d+) B\)", line)
+        if m:
+            section = m.group(1)
+            RAW_INFO[section] = "device %s, interface MTU %s, data datagram %s B, priority %s B" % (
+                m.group(2), m.group(4), m.group(5), m.group(6))
+            continue
+        m = re.match(r"window (\d+) \((\d+) B\)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)%", line)
+        if m and section == section_wanted:
+            out[-1] = float(m.group(3))
+            RAW_INFO[section] += "; window %s stream delivered %s %%" % (m.group(1), m.group(5))
+            continue
+        m = re.search(r"MB/s=([0-9.]+)", line)
+        if m and line.startswith("raw_datagram"):
+            sz = re.search(r"size=(\d+)", line)
+            out[int(sz.group(1)) if sz else -1] = float(m.group(1))
+    return out
+
+
+def parse_job(raw, job, meta):
     """Returns {size: value} for one successful job, or {} when nothing parsable is in it."""
     path = os.path.join(raw, job["file"])
     bench = job["bench"]
@@ -70,12 +99,7 @@ def parse_job(raw, job):
                     pass
         return out
     if bench == "raw_datagram":
-        for line in lines:
-            m = re.search(r"MB/s=([0-9.]+)", line)
-            if m and line.startswith("raw_datagram"):
-                s = re.search(r"size=(\d+)", line)
-                out[int(s.group(1)) if s else -1] = float(m.group(1))
-        return out
+        return parse_raw_datagram(lines, meta.get("raw_stream_section", "BTL default device"))
     if bench == "netpipe":
         npout = os.path.join(raw, os.path.dirname(job["file"]), "netpipe.np.out")
         if os.path.exists(npout):
@@ -113,7 +137,7 @@ class Run:
             if j["status"] != "ok":
                 st["failed"].append("rc=%s %s" % (j["rc"], j["note"]))
                 continue
-            vals = parse_job(raw, j)
+            vals = parse_job(raw, j, self.meta)
             if not vals:
                 st["failed"].append("rc=0 but no result lines")
                 continue
@@ -297,7 +321,7 @@ def targets(run):
 def cell(run, cfg, tid, tgt):
     pairs, why = evaluate(run, cfg, tid)
     if why:
-        return "n/a: " + why, None
+        return "n/a: " + (why if len(why) <= 90 else why[:87] + "..."), None
     if tid.startswith("loss") and tgt.threshold == 0.0:
         worst, _ = judge(pairs, 0.0, False)
         return ("%.2f× (worst at %s), no target" % (worst[1], fmt_size(worst[0]))) if worst else "n/a: no common sizes", None
@@ -338,9 +362,9 @@ def summary(run):
         ["CPU binding", m.get("binding")],
         ["priority", m.get("priority")],
         ["repetitions", "%s per measurement (cells are medians [min–max]); adaptive timed loop of %s s per size" % (m.get("reps"), m.get("target_time_s"))],
-        ["datagram size", "raw floor uses %s B (udp provider max_msg_size %s); usnic's datagram-size parameter: %s" % (m.get("dgram_size"), m.get("provider_max_msg_size"), m.get("usnic_dgram_param"))],
+        ["datagram size", "%s; usnic datagram-size parameter: %s" % (m.get("dgram_rule"), m.get("usnic_dgram_param"))],
         ["launcher", "`%s <config> bench/bin/<program> <sizes> -t %s -i 3`" % (m.get("launcher"), m.get("target_time_s"))],
-        ["raw streaming", m.get("raw_stream")],
+        ["raw streaming", "%s%s" % (m.get("raw_stream"), ("; section '%s': %s" % (m.get("raw_stream_section"), RAW_INFO.get(m.get("raw_stream_section"), "not in its output"))) if RAW_INFO else "")],
     ]))
     L.append("")
     L.append("Configurations (`<config>` above):")
