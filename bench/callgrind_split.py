@@ -19,7 +19,7 @@ GROUPS = [
     ("PML (ob1 / cm)", re.compile(r"mca_pml_")),
     ("other Open MPI (libmpi, libopen-pal/rte, other mca_*)", re.compile(r"libmpi|libopen-pal|libopen-rte|mca_|libpmix|openmpi")),
     ("libc / libm / ld.so", re.compile(r"/libc\.so|/libm\.so|ld-linux|libpthread")),
-    ("kernel-facing and other (libevent, hwloc, the benchmark, ...)", re.compile(r".")),
+    ("other (libevent, hwloc, the benchmark, ...)", re.compile(r".")),
 ]
 PLUGIN = {
     "usnic": re.compile(r"mca_btl_usnic\.so"),
