@@ -31,9 +31,10 @@ PLUGIN_NAME = {"usnic": "mca_btl_usnic.so", "tcp": "mca_btl_tcp.so", "rxd": "mca
 
 
 def parse(path):
-    """Returns ({object: self Ir}, totals, opal_progress calls)."""
+    """Returns ({(object, function): self Ir}, totals, opal_progress calls)."""
     names = {"ob": {}, "fn": {}}
     ob = "???"
+    fn = "???"
     cfn = None
     npos = 1
     self_cost = {}
@@ -63,7 +64,7 @@ def parse(path):
                 parts = line.split()
                 ev = parts[npos:]
                 if ev:
-                    self_cost[ob] = self_cost.get(ob, 0) + int(ev[0])
+                    self_cost[(ob, fn)] = self_cost.get((ob, fn), 0) + int(ev[0])
                 continue
             key, _, val = line.partition("=")
             if key == "ob":
@@ -71,7 +72,7 @@ def parse(path):
             elif key == "cob":
                 resolve("ob", val)
             elif key == "fn":
-                resolve("fn", val)
+                fn = resolve("fn", val)
             elif key == "cfn":
                 cfn = resolve("fn", val)
             elif key == "calls":
@@ -83,6 +84,22 @@ def parse(path):
             elif line.startswith("totals:") or line.startswith("summary:"):
                 totals = int(line.split()[1])
     return self_cost, totals, progress_calls
+
+
+ROOMS = [
+    ("protocol core (usnic_rs::proto)", re.compile(r"usnic_rs::proto")),
+    ("fabric edge (usnic_rs::fabric)", re.compile(r"usnic_rs::fabric")),
+    ("Open MPI edge (usnic_rs::ompi)", re.compile(r"usnic_rs::ompi")),
+    ("Rust std/core/alloc, tracing, parking_lot", re.compile(r"^(<)?(std|core|alloc|tracing|parking_lot|hashbrown)")),
+    ("C shim and the rest (mca_btl_usnic_*, inlined wrappers)", re.compile(r".")),
+]
+
+
+def room_of(fn):
+    for name, rx in ROOMS:
+        if rx.search(fn):
+            return name
+    return ROOMS[-1][0]
 
 
 def group_of(obj, cfg):
@@ -104,7 +121,9 @@ def main():
     if cfg not in PLUGIN or n2 <= n1 or len(first) != len(second):
         sys.exit("bad arguments: " + " ".join(a))
 
-    def load(files):
+    rooms1, rooms2 = {}, {}
+
+    def load(files, rooms):
         per_group, progress, objs = {}, 0, {}
         for p in files:
             cost, totals, pc = parse(p)
@@ -112,14 +131,17 @@ def main():
             if totals is not None and abs(s - totals) > max(1, totals // 1000):
                 print("warning: %s: self costs sum to %d, totals line says %d" % (p, s, totals), file=sys.stderr)
             progress += pc
-            for ob, v in cost.items():
+            for (ob, fn), v in cost.items():
                 g = group_of(ob, cfg)
                 per_group[g] = per_group.get(g, 0) + v
                 objs[ob] = objs.get(ob, 0) + v
+                if g == GROUPS[0][0]:
+                    r = room_of(fn)
+                    rooms[r] = rooms.get(r, 0) + v
         return per_group, progress, objs
 
-    g1, p1, o1 = load(first)
-    g2, p2, o2 = load(second)
+    g1, p1, o1 = load(first, rooms1)
+    g2, p2, o2 = load(second, rooms2)
     msgs = 2 * (n2 - n1)
     rows = []
     total = 0.0
@@ -145,6 +167,15 @@ def main():
     lines.append("")
     top = sorted(((o2.get(k, 0) - o1.get(k, 0)) / msgs, k) for k in set(o1) | set(o2))
     top = [t for t in reversed(top) if t[0] >= 1][:10]
+    if cfg == "usnic" and rooms2:
+        lines.append("Inside %s, by the Rust room the function belongs to (symbol path):" % PLUGIN_NAME[cfg])
+        lines.append("")
+        lines.append("| room | instructions per message |")
+        lines.append("|---|---|")
+        for r in ROOMS:
+            d = (rooms2.get(r[0], 0) - rooms1.get(r[0], 0)) / msgs
+            lines.append("| %s | %.0f |" % (r[0], d))
+        lines.append("")
     lines.append("Largest objects per message: " + ", ".join("%s %.0f" % (os.path.basename(k), v) for v, k in top))
     text = "\n".join(lines) + "\n"
     with open(out, "w") as f:

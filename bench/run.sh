@@ -169,6 +169,7 @@ if ((NETNS)); then
     [ -x "$NETNS_CLUSTER" ] || die "--netns: $NETNS_CLUSTER not found (set NETNS_CLUSTER)"
     if ip netns list 2>/dev/null | grep -qE '^(h[0-9]+|ncbr)( |$)'; then
         ((REUSE)) || die "--netns: a netns cluster is already up (another user's?); pass --reuse-cluster to use it, or bring it down first"
+        [ -z "$LOSS" ] || die "--netns --loss with --reuse-cluster: the loss would impair the other user's traffic on h2; bring the cluster down first"
     else
         "$NETNS_CLUSTER" up 2 >/dev/null || die "--netns: netns-cluster.sh up 2 failed"
         CLUSTER_UP_BY_US=1
