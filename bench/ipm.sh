@@ -5,6 +5,7 @@
 #   bench/ipm.sh                 config usnic (our mca_btl_usnic.so)
 #   bench/ipm.sh --config tcp    any of usnic, tcp, rxd, vader (tcp validates the script without the plugin)
 #   options: --iters N1,N2 (default 2000,12000)  --pin one|two  --out DIR (default bench/results/ipm)
+#            --keep DIR (keep the callgrind profiles there, for callgrind_annotate)
 #
 # Why callgrind: perf stat has no hardware counters in this VM ("instructions:u <not supported>"), and
 # callgrind counts instructions exactly, whatever else the machine runs. Two runs that differ only in the
@@ -15,14 +16,15 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BENCH=$ROOT/bench
-CFG=usnic ITERS=2000,12000 PIN=one OUT=$BENCH/results/ipm
+CFG=usnic ITERS=2000,12000 PIN=one OUT=$BENCH/results/ipm KEEP=""
 while (($#)); do
     case $1 in
         --config) CFG=${2:?}; shift ;;
         --iters) ITERS=${2:?}; shift ;;
         --pin) PIN=${2:?}; shift ;;
         --out) OUT=${2:?}; shift ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        --keep) KEEP=${2:?}; shift ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
         *) echo "ipm.sh: unknown option $1" >&2; exit 2 ;;
     esac
     shift
@@ -48,8 +50,12 @@ if [ "$CFG" = usnic ] && ! ompi_info 2>/dev/null | grep -q 'MCA btl: usnic'; the
 fi
 make -s -C "$BENCH" >/dev/null
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-WORK=$(mktemp -d /tmp/ipm.XXXXXX)
-trap 'rm -rf "$WORK"' EXIT
+if [ -n "$KEEP" ]; then
+    mkdir -p "$KEEP"; WORK=$(cd "$KEEP" && pwd)
+else
+    WORK=$(mktemp -d /tmp/ipm.XXXXXX)
+    trap 'rm -rf "$WORK"' EXIT
+fi
 mkdir -p "$OUT"
 for n in "$N1" "$N2"; do
     cmd=("${PIN_CMD[@]}" mpirun --allow-run-as-root -np 2 "${BIND[@]}" --mca oob_tcp_if_include lo
