@@ -443,8 +443,10 @@ if [ -n "$LOSS" ]; then
         run_mpi_scenario "$scen" "bw_loss" "$JOB_TIMEOUT"
         ((NETNS)) && "$NETNS_CLUSTER" netem h2 clear >/dev/null
     done
-    SCEN_SKIP=() SCEN_MCA=()
-    # The clean reference at exactly the loss sizes, measured in the same run.
+    # The clean reference at exactly the loss sizes, measured in the same run (on one host only for the
+    # configurations that had loss runs: SCEN_SKIP stays as the loss scenarios left it).
+    SCEN_MCA=()
+    ((NETNS)) && SCEN_SKIP=()
     say "== clean reference for the loss fractions"
     run_mpi_scenario clean "bw_loss" "$JOB_TIMEOUT"
 fi
