@@ -52,7 +52,7 @@ usage: bench/run.sh [options]
 Environment: USNIC_DGRAM_PARAM, USNIC_LOSS_PARAM, USNIC_EXTRA_MCA (see the top of this script),
   RAW_DGRAM_CMD (default "cargo bench --bench raw_datagram"; setting it enables the raw streaming test
   even without benches/raw_datagram.rs here), RAW_STREAM_SECTION (which device section of its output is
-  the floor; default "BTL default device"), JOB_TIMEOUT (seconds, default 300).
+  the floor; default "BTL default device"), JOB_TIMEOUT (seconds per job, default 180).
 EOF
 }
 
@@ -127,7 +127,7 @@ fi
 make -s -C "$BENCH" >/dev/null || die "building the benchmark programs failed (make -C bench)"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-JOB_TIMEOUT=${JOB_TIMEOUT:-300}
+JOB_TIMEOUT=${JOB_TIMEOUT:-180}  # the slowest clean job here (rxd bibw to 4 MiB) takes ~35 s
 
 # ---- run layout ----
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
@@ -285,7 +285,11 @@ run_job() {  # scenario config bench rep timeout -- command...
     local status=ok note=""
     if ((rc != 0)); then
         status=failed
-        ((rc == 124 || rc == 137)) && note="timeout after ${tmo}s"
+        if ((rc == 124 || rc == 137)); then
+            local last
+            last=$(grep -v '^#' "$f" | awk 'NF >= 2 && $1 ~ /^[0-9]+$/ {s = $1} END {print s}')
+            note="timeout after ${tmo}s (last size completed: ${last:-none})"
+        fi
         # First error-looking line, without Open MPI's "[host:pid]" prefixes.
         [ -z "$note" ] && note=$(cat "$f.err" "$f" 2>/dev/null | sed -E 's/\[[^]]*:[0-9]+\] ?//g; s/^ +//' |
             grep -m1 -iE 'error|abort|failed|unable|signal|not implemented|cannot' | cut -c1-200 || true)
@@ -313,7 +317,7 @@ bench_args() {  # bench -> program + size arguments
 # MPI jobs of one scenario: round-robin over repetitions x benchmarks x configurations, so slow drifts of
 # the machine's load spread over every configuration. A (config, bench) pair that fails is retried up to
 # two extra times; after two failures without a success it is given up (reported with the error).
-declare -A OKS FAILS
+declare -A OKS FAILS TIMEOUTS
 run_mpi_scenario() {  # scenario "benches" timeout [extra mca args per config via LOSS_MCA]
     local scen=$1 benches=$2 tmo=$3 rep cfg b key prog
     for ((rep = 1; rep <= REPS + 2; rep++)); do
@@ -330,6 +334,7 @@ run_mpi_scenario() {  # scenario "benches" timeout [extra mca args per config vi
                 fi
                 ((${OKS[$key]:-0} >= REPS)) && continue
                 ((${FAILS[$key]:-0} >= 2 && ${OKS[$key]:-0} == 0)) && continue
+                ((${TIMEOUTS[$key]:-0} >= 1)) && continue  # a hang is not retried: it costs a full timeout
                 ((rep > REPS && ${FAILS[$key]:-0} == 0)) && continue
                 local -a cargs; read -ra cargs <<<"${CFG_ARGS[$cfg]} ${SCEN_MCA[$cfg]:-}"
                 read -ra prog <<<"$(bench_args "$b")"
@@ -339,6 +344,7 @@ run_mpi_scenario() {  # scenario "benches" timeout [extra mca args per config vi
                     OKS[$key]=$((${OKS[$key]:-0} + 1))
                 else
                     FAILS[$key]=$((${FAILS[$key]:-0} + 1))
+                    tail -n1 "$JOBS" | cut -f10 | grep -q '^timeout' && TIMEOUTS[$key]=1
                 fi
             done
         done
