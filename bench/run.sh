@@ -246,6 +246,15 @@ if ((NETNS)); then RAW_STREAM_SECTION=${RAW_STREAM_SECTION:-BTL default device};
     echo "provider_max_msg_size: $PROV_MAX"
     echo "usnic_dgram_param: $( ((DGRAM_SET)) && echo "$USNIC_DGRAM_PARAM=$DGRAM_SIZE" || echo "not passed (BTL default)")"
     echo "usnic_loss_param: ${USNIC_LOSS_PARAM:-<unset>}"
+    plug=""
+    for d in "$HOME/.openmpi/components" "$(ompi_info --path pkglibdir --parsable 2>/dev/null | sed 's/^path:pkglibdir://')" ${OMPI_MCA_mca_component_path//:/ }; do
+        [ -f "$d/mca_btl_usnic.so" ] && { plug="$d/mca_btl_usnic.so"; break; }
+    done
+    if [ -n "$plug" ]; then
+        echo "usnic_plugin: $plug ($(stat -c '%s bytes, modified %y' "$plug" | cut -d. -f1), sha256 $(sha256sum "$plug" | cut -c1-12))"
+    else
+        echo "usnic_plugin: none found"
+    fi
     echo "subject: $SUBJECT"
     echo "configs: $CONFIGS"
     echo "loss: ${LOSS:-none}"

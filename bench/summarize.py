@@ -352,12 +352,13 @@ def summary(run):
     L = []
     L.append("# usnic-rs benchmarks: %s (%s)" % (m.get("mode"), m.get("date_utc")))
     L.append("")
-    L.append("Produced by `%s`; raw files: `%s`." % (m.get("invocation"), os.path.relpath(run.raw, os.path.dirname(os.path.dirname(run.raw)))))
+    L.append("Produced by `%s`; raw files: `%s`." % (m.get("invocation", "").strip(), os.path.relpath(run.raw, os.path.dirname(os.path.dirname(run.raw)))))
     L.append("")
     L.append(md_table(["item", "value"], [
         ["date", m.get("date_utc", "?") + " – " + m.get("finished_utc", "?")],
         ["machine", "%s; %s; %s; kernel %s" % (m.get("host"), m.get("cpu"), m.get("memory"), m.get("kernel"))],
         ["software", "%s; Open MPI %s; libfabric %s; %s" % (m.get("os"), m.get("open_mpi"), m.get("libfabric"), m.get("compiler"))],
+        ["plugin", m.get("usnic_plugin", "?")],
         ["load average", "start %s, end %s" % (m.get("load_at_start"), m.get("load_at_end"))],
         ["CPU binding", m.get("binding")],
         ["priority", m.get("priority")],
