@@ -247,7 +247,7 @@ if ((NETNS)); then RAW_STREAM_SECTION=${RAW_STREAM_SECTION:-BTL default device};
     echo "usnic_dgram_param: $( ((DGRAM_SET)) && echo "$USNIC_DGRAM_PARAM=$DGRAM_SIZE" || echo "not passed (BTL default)")"
     echo "usnic_loss_param: ${USNIC_LOSS_PARAM:-<unset>}"
     plug=""
-    for d in "$HOME/.openmpi/components" "$(ompi_info --path pkglibdir --parsable 2>/dev/null | sed 's/^path:pkglibdir://')" ${OMPI_MCA_mca_component_path//:/ }; do
+    for d in "$HOME/.openmpi/components" "$(ompi_info --path pkglibdir --parsable 2>/dev/null | sed 's/^path:pkglibdir://')" $(echo "${OMPI_MCA_mca_component_path:-}" | tr : " "); do
         [ -f "$d/mca_btl_usnic.so" ] && { plug="$d/mca_btl_usnic.so"; break; }
     done
     if [ -n "$plug" ]; then
