@@ -223,6 +223,15 @@ RAW_DGRAM_CMD=${RAW_DGRAM_CMD:-cargo bench --bench raw_datagram}
 # MTU 65507"); across namespaces usnic and the raw test (run inside h1) both default to veth0.
 if ((NETNS)); then RAW_STREAM_SECTION=${RAW_STREAM_SECTION:-BTL default device}; else RAW_STREAM_SECTION=${RAW_STREAM_SECTION:-loopback}; fi
 
+bench_args_static() {
+    case $1 in
+        latency) echo "bench_latency ${SIZES_LAT[*]}" ;;
+        bw) echo "bench_bw ${SIZES_BW[*]}" ;;
+        bibw) echo "bench_bibw ${SIZES_BW[*]}" ;;
+        mr) echo "bench_mr ${SIZES_MR[*]}" ;;
+    esac
+}
+
 # ---- the meta file: machine, date, software, settings ----
 {
     echo "date_utc: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
@@ -265,6 +274,14 @@ if ((NETNS)); then RAW_STREAM_SECTION=${RAW_STREAM_SECTION:-BTL default device};
     echo "launcher: ${NICE[*]} ${LAUNCH[*]}"
     echo "raw_stream: $( ((HAVE_RAW_STREAM)) && echo "$RAW_DGRAM_CMD" || echo "not available: no raw_datagram bench in this tree (it comes from branch fabric)")"
     echo "invocation: bench/run.sh ${ARGS[*]}"
+    for b in latency bw bibw mr; do echo "cmd_$b: bench/bin/$(bench_args_static "$b") ${COMMON_ARGS[*]}"; done
+    [ -n "$LOSS" ] && echo "cmd_bw_loss: bench/bin/bench_bw ${SIZES_LOSS[*]} ${COMMON_ARGS[*]}"
+    if ((NETNS)); then
+        echo "cmd_floor: server: NC_PIN=1 netns-cluster.sh exec h2 env FI_UDP_IFACE=veth0 fi_pingpong -p udp -e dgram -I $FPP_ITERS -S <all|$DGRAM_SIZE> -B <port>; client: same in h1 with -P <port> $NC_NET.2"
+    else
+        echo "cmd_floor: server: FI_UDP_IFACE=lo taskset -c 0 fi_pingpong -p udp -e dgram -I $FPP_ITERS -S <all|$DGRAM_SIZE> -B <port>; client: FI_UDP_IFACE=lo taskset -c 1 fi_pingpong ... -P <port> 127.0.0.1"
+    fi
+    echo "cmd_netpipe: NPopenmpi -p 0 ${NP_ARGS[*]} -u $NP_MAX -o <file>"
 } > "$RAW/meta.txt"
 
 say "== usnic-rs benchmarks: $LABEL, $REPS repetition(s), raw files in ${RAW#$ROOT/}"

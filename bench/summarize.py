@@ -389,6 +389,12 @@ def summary(run):
         rows.append([CFG_LABEL[c] + (" — subject" if c == subj else ""), "`%s`" % args.strip(), state])
     L.append(md_table(["configuration", "MCA arguments", "status in this run"], rows))
     L.append("")
+    L.append("Exact commands (each MPI one is `<launcher> <config> <program>`; every raw file starts with its full command line):")
+    L.append("")
+    for k in ("cmd_latency", "cmd_bw", "cmd_bibw", "cmd_mr", "cmd_bw_loss", "cmd_floor", "cmd_netpipe", "raw_stream"):
+        if k in m:
+            L.append("- %s: `%s`" % (k.replace("cmd_", ""), m[k]))
+    L.append("")
     others_all = [float(j["others_cores"]) for j in run.jobs if j["status"] == "ok" and j["others_cores"] not in ("", "-")]
     if others_all and statistics.median(others_all) > 0.3:
         L.append("**Warning:** other processes used a median of %.2f cores during the jobs (machine shared); "
