@@ -41,6 +41,10 @@ FAILHDR_RE = re.compile(r"^(FAIL|ERROR|UNEXPECTED SUCCESS): (\w+) \((\w+)\.([\w.
 FAILISH = {"FAIL", "ERROR", "HANG", "NOTRUN", "XPASS", "MISSING", "EXIT"}
 
 
+def safe(label):
+    return re.sub(r"[^\w.-]+", "_", label).strip("_")
+
+
 def now():
     return time.monotonic()
 
@@ -174,7 +178,7 @@ class Runner:
         exit_problem = None
         while remaining:
             attempt += 1
-            rundir = os.path.join(outroot, "%s-np%d-%s-%d" % (side.label, np, pname, attempt))
+            rundir = os.path.join(outroot, "%s-np%d-%s-%d" % (safe(side.label), np, pname, attempt))
             os.makedirs(rundir, exist_ok=True)
             cmd = self.mpirun_cmd(side, np, pass_args, rundir, rt_args, remaining)
             with open(os.path.join(rundir, "cmd"), "w") as f:
@@ -283,7 +287,7 @@ class Runner:
 def osc_reason(outroot, label, np, pname):
     """The first Open MPI help/error line of an RMA pass whose windows could not be created."""
     import glob
-    for p in sorted(glob.glob(os.path.join(outroot, "%s-np%d-%s-*" % (label, np, pname)))):
+    for p in sorted(glob.glob(os.path.join(outroot, "%s-np%d-%s-*" % (safe(label), np, pname)))):
         for f in ["mpirun.log"] + sorted(x for x in os.listdir(p) if x.startswith("rank.")):
             try:
                 for ln in open(os.path.join(p, f), errors="replace"):
@@ -309,7 +313,7 @@ def parse_excludes(spec):
 
 def preflight(runner, side, np, outroot):
     """A tiny mpi4py job (allreduce + a ring of sendrecv of 1 MiB) must run before the suite does."""
-    d = os.path.join(outroot, "preflight-%s-np%d" % (side.label, np))
+    d = os.path.join(outroot, "preflight-%s-np%d" % (safe(side.label), np))
     os.makedirs(d, exist_ok=True)
     code = ("from mpi4py import MPI; c=MPI.COMM_WORLD; r=c.rank; n=c.size; "
             "import array; b=array.array('b',[r%7])*(1<<20); o=array.array('b',[0])*(1<<20); "
