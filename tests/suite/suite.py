@@ -149,6 +149,18 @@ def kill_tree(proc, marker):
             pass
 
 
+CURRENT = {}  # the mpirun running now, so that SIGTERM/SIGINT on the harness stops it too
+
+
+def on_signal(signum, frame):
+    proc, marker = CURRENT.get("proc"), CURRENT.get("marker")
+    if proc is not None and proc.poll() is None:
+        kill_tree(proc, marker)
+    log("suite: interrupted by signal %d; the running mpirun was stopped" % signum)
+    log("0 passed, 1 failed")
+    sys.exit(124 if signum == signal.SIGTERM else 130)
+
+
 class Runner:
     def __init__(self, a):
         self.a = a
@@ -187,6 +199,7 @@ class Runner:
             t0 = now()
             proc = subprocess.Popen(cmd, stdout=mlog, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
+            CURRENT.update(proc=proc, marker=rundir)
             last_size, last_change, why = -1, t0, None
             while proc.poll() is None:
                 time.sleep(1)
@@ -327,6 +340,7 @@ def preflight(runner, side, np, outroot):
     t0 = now()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, stdin=subprocess.DEVNULL)
+    CURRENT.update(proc=proc, marker=d)
     try:
         out, _ = proc.communicate(timeout=min(120, runner.timeout))
     except subprocess.TimeoutExpired:
@@ -356,6 +370,8 @@ def main():
     ap.add_argument("--summary-json", default="")
     ap.add_argument("--title", default="mpi4py 3.1.4 test suite")
     a = ap.parse_args()
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
 
     os.makedirs(a.out, exist_ok=True)
     runner = Runner(a)
