@@ -105,7 +105,7 @@ for entry in "${FAULTS[@]}"; do
         --summary-json "$d/summary.json" \
         --title "fault $name: suite subset $MODS, $NH hosts, $NP ranks" >"$d/suite.log" 2>&1
     rc=$?
-    el=$(echo "$(date +%s.%N) - $t0" | bc)
+    el=$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { printf "%.1f", a - b }')
     if [ "$mech" = netem ]; then "$NC" netem h2 clear >/dev/null; NC_IMPAIRED=""; fi
     grep -E '^   (np |note|module|test_|\(mpirun)|FAILED|passed, ' "$d/suite.log" | sed 's/^/  /' | head -40
     res=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$d/suite.log" | tail -n 1)
@@ -118,7 +118,7 @@ for entry in "${FAULTS[@]}"; do
     fi
     if [ "$name" = clean ]; then clean_s=$el; fi
     ratio="-"
-    [ -n "$clean_s" ] && ratio=$(echo "scale=2; $el / $clean_s" | bc)
+    [ -n "$clean_s" ] && ratio=$(awk -v a="$el" -v b="$clean_s" 'BEGIN { printf "%.2f", a / b }')
     [ "$name" = clean ] && ratio="1.00"
     retr=$(retrans_of "$d")
     rows+=("| $name | ${mech}${spec:+: $spec} | $(printf '%.1f' "$el") | ${ratio}x | $verdict | $retr |")
@@ -131,7 +131,7 @@ for entry in "${FAULTS[@]}"; do
             NETEM=$([ "$mech" = netem ] && echo "$spec") NETEM_BOTH=1 BTL="$BTL,self" KEEP_CLUSTER=1 \
                 LAYOUTS="$NH:$((NP / NH))" TIMEOUT="$TMO" "$ROOT/tests/run-netns.sh" >"$d/programs.log" 2>&1
             prc=$?
-            el=$(echo "$(date +%s.%N) - $t0" | bc)
+            el=$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { printf "%.1f", a - b }')
             exec 9>"$NC_LOCK"; flock -w "${NC_LOCK_WAIT:-1800}" 9 || true
             pres=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$d/programs.log" | tail -n 1)
             rows+=("| $name (programs) | run-netns.sh | $(printf '%.1f' "$el") | - | $([ $prc -eq 0 ] && echo pass || echo '**FAIL**') (${pres:-no result line}) | - |")

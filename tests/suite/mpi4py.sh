@@ -9,7 +9,7 @@
 #   SUITE_REF_BTL=tcp     reference BTL
 #   SUITE_QUICK=1         CI mode: -np 2 only, passes main + rma-pt2pt (no osc rdma pass, no -np 3)
 #   SUITE_NP=2,3  SUITE_PASSES=main,rma-pt2pt,rma-rdma  SUITE_MODULES=<regex on module names>
-#   SUITE_TIMEOUT=1800    hard limit per mpirun (s); SUITE_STALL=240: kill when no rank prints for that long
+#   SUITE_TIMEOUT=1800    hard limit per mpirun (s); SUITE_STALL=600: kill when no rank prints for that long
 #   SUITE_EXCLUDE=...     replaces the default exclusion list (module.Class[.test]=reason;...); "" runs all
 #   SUITE_OUT=dir         where per-rank outputs go (default: a fresh dir under target/suite/)
 #   SUITE_MPIRUN_ARGS     extra mpirun args for both sides
@@ -48,7 +48,7 @@ exec "$SUITE_PY" "$SUITE_DIR/suite.py" --testdir "$TESTDIR" --out "$OUT" \
     --ref-btl "$REF,self" --ref-args "$(args_for "$REF")" \
     --np "$NP" --passes "$PASSES" --modules "${SUITE_MODULES:-}" \
     --mpirun-args "$COMMON" \
-    --timeout "${SUITE_TIMEOUT:-1800}" --stall "${SUITE_STALL:-240}" \
+    --timeout "${SUITE_TIMEOUT:-1800}" --stall "${SUITE_STALL:-600}" \
     --exclude "${SUITE_EXCLUDE-$SUITE_EXCLUDE_DEFAULT}" \
     --summary-json "$OUT/summary.json" \
     --title "mpi4py $MPI4PY_VERSION test suite, one host"

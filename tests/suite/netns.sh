@@ -52,7 +52,7 @@ for l in $LAYOUTS; do
         --ref-btl "$REF,self" --ref-args "$(nc_btl_args "$REF")" \
         --np "$np" --passes "$PASSES" --modules "${SUITE_MODULES:-}" \
         --launcher "$NC exec h1" --mpirun-args "$common" \
-        --timeout "${SUITE_TIMEOUT:-1800}" --stall "${SUITE_STALL:-240}" \
+        --timeout "${SUITE_TIMEOUT:-1800}" --stall "${SUITE_STALL:-600}" \
         --exclude "${SUITE_EXCLUDE-$SUITE_EXCLUDE_DEFAULT}" \
         --summary-json "$OUT/${nh}hosts-np$np.json" \
         --title "mpi4py $MPI4PY_VERSION test suite, $nh netns hosts, $np ranks" 2>&1 | tee "$log"

@@ -365,7 +365,7 @@ def main():
     ap.add_argument("--launcher", default="", help="command prefix for mpirun (e.g. netns exec)")
     ap.add_argument("--mpirun-args", default="")
     ap.add_argument("--timeout", type=int, default=1800, help="hard limit per mpirun, seconds")
-    ap.add_argument("--stall", type=int, default=240, help="kill an mpirun whose ranks print nothing for this long")
+    ap.add_argument("--stall", type=int, default=600, help="kill an mpirun whose ranks print nothing for this long")
     ap.add_argument("--exclude", default="", help="'module.Class.test=reason;...'")
     ap.add_argument("--summary-json", default="")
     ap.add_argument("--title", default="mpi4py 3.1.4 test suite")
