@@ -13,6 +13,7 @@
 #   SUITE_EXCLUDE=...     replaces the default exclusion list (module.Class[.test]=reason;...); "" runs all
 #   SUITE_OUT=dir         where per-rank outputs go (default: a fresh dir under target/suite/)
 #   SUITE_MPIRUN_ARGS     extra mpirun args for both sides
+#   SUITE_SELFTEST=1|hang harness self-test: one test fails / hangs over the BTL under test only
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -43,8 +44,16 @@ args_for() {
     esac
 }
 
+# harness self-test: one test deliberately fails (SUITE_SELFTEST=1) or hangs on rank 0
+# (SUITE_SELFTEST=hang) over the BTL under test only; the run must then report it and exit non-zero
+SELF_ARGS=""
+case ${SUITE_SELFTEST:-0} in
+1) SELF_ARGS="-x SUITE_BREAK=test_p2p_buf.TestP2PBufWorld.testSendrecv" ;;
+hang) SELF_ARGS="-x SUITE_BREAK=test_p2p_buf.TestP2PBufWorld.testSendrecv -x SUITE_BREAK_MODE=hang" ;;
+esac
+
 exec "$SUITE_PY" "$SUITE_DIR/suite.py" --testdir "$TESTDIR" --out "$OUT" \
-    --btl "$BTL,self" --btl-args "$(args_for "$BTL")" \
+    --btl "$BTL,self" --btl-args "$(args_for "$BTL") $SELF_ARGS" \
     --ref-btl "$REF,self" --ref-args "$(args_for "$REF")" \
     --np "$NP" --passes "$PASSES" --modules "${SUITE_MODULES:-}" \
     --mpirun-args "$COMMON" \

@@ -41,6 +41,37 @@ def main():
             return kept
 
         runtests.load_tests = load_tests
+    # harness self-test (SUITE_SELFTEST=1 in mpi4py.sh, BTL-under-test side only): make one test fail
+    # or hang on purpose, to prove that failures and hangs are caught, counted and cut
+    broken = os.environ.get("SUITE_BREAK", "")
+    if broken:
+        original_lt = runtests.load_tests
+
+        def load_tests_broken(options, a):
+            import time
+            import unittest
+
+            suite = original_lt(options, a)
+
+            def walk(s):
+                for case in s:
+                    if isinstance(case, unittest.TestSuite):
+                        walk(case)
+                    elif case.id() in broken.split(","):
+                        name = case.id().rsplit(".", 1)[1]
+                        hang = os.environ.get("SUITE_BREAK_MODE") == "hang"
+
+                        def sabotaged(*_a, **_k):
+                            if hang and rank == "0":
+                                time.sleep(10 ** 6)
+                            raise AssertionError("SUITE_BREAK: deliberately broken by the harness self-test")
+
+                        setattr(case, name, sabotaged)
+
+            walk(suite)
+            return suite
+
+        runtests.load_tests = load_tests_broken
     sys.argv = [os.path.join(testdir, "runtests.py")] + args
     sys.exit(runtests.main(args))
 

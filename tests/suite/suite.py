@@ -60,6 +60,7 @@ def parse_rank(text):
     results = []
     pending = None
     reasons = {}
+    failed_hdr = {}
     lines = text.split("\n")
     finished = any(re.match(r"^Ran \d+ tests? in ", ln) for ln in lines)
     i = 0
@@ -74,11 +75,14 @@ def parse_rank(text):
             m = FAILHDR_RE.match(ln)
             if m:
                 cur_fail = "%s.%s" % (m.group(3), m.group(4))
+                failed_hdr[cur_fail] = "XPASS" if m.group(1).startswith("UNEXPECTED") else m.group(1)
+                continue
+            if re.match(r"^Ran \d+ tests? in ", ln):
+                in_tracebacks = False
+                cur_fail = None
                 continue
             if cur_fail and ln.strip() and not re.match(r"^-{20,}$", ln):
                 reasons[cur_fail] = ln.strip()[:160]  # keeps the last line: the exception
-            if re.match(r"^Ran \d+ tests? in ", ln):
-                in_tracebacks = False
             continue
         m = START_RE.match(ln)
         if m and " ... " in ln or (m and ln.rstrip().endswith("...")):
@@ -97,11 +101,20 @@ def parse_rank(text):
                 results.append((pending, norm(r.group(1)), r.group(1)))
                 pending = None
         i += 1
+    # a test named in the FAIL/ERROR sections failed, whatever its progress line said (a failing
+    # subTest does not always print FAIL on the test's own line)
     out = []
+    seen = set()
     for tid, st, det in results:
-        if st in ("FAIL", "ERROR") and tid in reasons:
+        if tid in failed_hdr and st not in FAILISH:
+            st = failed_hdr[tid]
+        if st in FAILISH and tid in reasons:
             det = reasons[tid]
         out.append((tid, st, det))
+        seen.add(tid)
+    for tid, st in failed_hdr.items():
+        if tid not in seen:
+            out.append((tid, st, reasons.get(tid, "")))
     return out, pending, finished
 
 
