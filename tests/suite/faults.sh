@@ -15,7 +15,7 @@
 #   FAULT_ONLY="clean loss5"     run only these rows (names from the first column)
 #   FAULT_PROGRAMS=1         also run tests/run-netns.sh (project programs) under every netem fault
 #   USNIC_FAULT_DUP_MCA      MCA args of the BTL's injector for duplication (see lib.sh; not defined yet)
-#   USNIC_STATS_MCA          MCA args that make the BTL print its statistics (see lib.sh; not defined yet)
+#   USNIC_STATS_MCA          MCA args that make the BTL print its statistics (default --mca btl_usnic_stats 3600)
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 source "$SUITE_DIR/netns_lib.sh"
@@ -54,16 +54,25 @@ nc_prepare "$NH"
 hosts=$(nc_hosts_arg "$NP" "$NH")
 common="--host $hosts --mca plm_rsh_agent '$NC rsh-agent' --mca oob_tcp_if_include $NC_NET.0/24 --mca mpi_yield_when_idle 1 ${SUITE_MPIRUN_ARGS:-}"
 
-# HOOK: retransmission counters from the BTL's statistics output (usnic only).  The C original prints
-# "... ST(P+D)/F/C/R(T+F)/A: a(b+c)/d/e/f(g+h)/i ..." per module (f = resends, g = timeout, h = fast);
-# until the Rust plugin's format is fixed this parses that layout and sums f(g+h) over all lines.
+# HOOK: retransmission counters from the BTL's statistics output (usnic only), summed over every rank's
+# final statistics line.  Two layouts are understood; adapt here if the plugin's line changes:
+#  - usnic-rs (src/ompi/component.rs print_stats, wt-plugin 6b8ec97):
+#      "stats (final) rank R module M (lo): ... | resends timeout T fast F | ..."
+#  - the C original: "... ST(P+D)/F/C/R(T+F)/A: a(b+c)/d/e/f(g+h)/i ..." (f = resends, g timeout, h fast)
+# The statistics are switched on by USNIC_STATS_MCA (default here: one line at finalize only).
+USNIC_STATS_MCA=${USNIC_STATS_MCA:---mca btl_usnic_stats 3600}
 retrans_of() {
-    local dir=$1
+    local dir=$1 rs c
     suite_is_usnic "$BTL" || { echo "n/a (tcp)"; return; }
-    [ -n "${USNIC_STATS_MCA:-}" ] || { echo "hook: set USNIC_STATS_MCA"; return; }
-    grep -rhoE 'R\(T\+F\)/A: *[0-9]+\([0-9]+\+[0-9]+\)/[0-9]+/[0-9]+/[0-9]+\([0-9]+\+[0-9]+\)' "$dir" 2>/dev/null |
-        sed -E 's/.*\/([0-9]+)\(([0-9]+)\+([0-9]+)\)$/\1 \2 \3/' |
-        awk 'BEGIN{r=t=f=0;n=0} {r+=$1;t+=$2;f+=$3;n++} END{if(n) printf "%d (%d timeout + %d fast)", r, t, f; else print "no stats lines"}'
+    rs=$(grep -rhoE 'stats \(final\) .*resends timeout [0-9]+ fast [0-9]+' "$dir" 2>/dev/null |
+        sed -E 's/.*resends timeout ([0-9]+) fast ([0-9]+)$/\1 \2/')
+    if [ -z "$rs" ]; then
+        rs=$(grep -rhoE 'R\(T\+F\)/A: *[0-9]+\([0-9]+\+[0-9]+\)/[0-9]+/[0-9]+/[0-9]+\([0-9]+\+[0-9]+\)' "$dir" 2>/dev/null |
+            sed -E 's/.*\/[0-9]+\(([0-9]+)\+([0-9]+)\)$/\1 \2/')
+    fi
+    c=$(echo "$rs" | grep -c .)
+    [ "$c" -gt 0 ] || { echo "no statistics line in the logs (USNIC_STATS_MCA='$USNIC_STATS_MCA')"; return; }
+    echo "$rs" | awk -v n="$c" '{t+=$1; f+=$2} END {printf "%d (%d timeout + %d fast; %d stats lines)", t+f, t, f, n}'
 }
 
 rows=()

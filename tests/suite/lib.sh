@@ -45,10 +45,10 @@ test_spawn.TestSpawnWorld=MPI_Comm_spawn hangs or errors on Open MPI 4.1.4 over 
 test_spawn.TestSpawnWorldMany=same Open MPI 4.1.4 spawn hang over tcp,self (testArgsOnlyAtRoot stuck >10 min here);\
 test_spawn.TestSpawnSelfMany=same Open MPI 4.1.4 spawn hang over tcp,self (testNoArgsMultiple: no output for 240 s here)"
 
-# Name of the BTL's own fault injector and statistics MCA parameters: NOT DEFINED YET by the plugin.
-# Fill these in when src/ompi registers them (issue 4 point 3); faults.sh prints them as unset.
-USNIC_FAULT_MCA=${USNIC_FAULT_MCA:-}     # TODO(plugin): e.g. "--mca btl_usnic_fault_drop 0.05 --mca btl_usnic_fault_seed 1"
-USNIC_STATS_MCA=${USNIC_STATS_MCA:-}     # TODO(plugin): e.g. "--mca btl_usnic_stats 1" (prints the stats line)
+# Statistics of the usnic BTL (MCA args), added to the usnic side's mpirun when set; faults.sh sets a
+# default (one line at finalize) to fill its retransmissions column.  The fault injector's MCA names are
+# the hook USNIC_FAULT_DUP_MCA in faults.sh.
+USNIC_STATS_MCA=${USNIC_STATS_MCA:-}
 
 # 1 when the BTL under test is usnic (the MCA args that only usnic understands are then added)
 suite_is_usnic() { case ",$1," in *,usnic,*) return 0 ;; esac; return 1; }
