@@ -1,8 +1,12 @@
 //! `Module`: one device opened: fabric, domain, AV and the two channels.
+use super::channel::{ChannelRes, Sizes};
 use super::config::FabricConfig;
 use super::device::DeviceInfo;
-use super::error::FabricError;
+use super::error::{check, FabricError};
+use super::fid::Fid;
+use super::sys;
 use crate::proto::Channel;
+use std::net::Ipv4Addr;
 
 /// Size of `Module::local_address()`: IPv4 address (4 bytes, network order), then the UDP
 /// port of the priority endpoint and of the data endpoint (2 bytes each, network order).
@@ -54,116 +58,349 @@ pub enum Completion {
 /// One device opened: fabric, domain, AV, and two channels [Priority, Data], each an FI_EP_DGRAM
 /// endpoint with its own CQ, posted receive buffers and send buffers.
 pub struct Module {
-    _todo: (),
+    // Field order is close order: channels (endpoints, then CQs) before the AV they are
+    // bound to, the domain, and the fabric last.
+    channels: [ChannelRes; 2],
+    av: Fid<sys::fid_av>,
+    _domain: Fid<sys::fid_domain>,
+    _fabric: Fid<sys::fid_fabric>,
+    name: String,
+    ipv4: Ipv4Addr,
+}
+
+// SAFETY: the libfabric objects and buffers are owned exclusively by the Module; every call
+// that touches them takes &mut self (or &self for read-only buffer access), so they are used
+// by one thread at a time, which every libfabric threading level allows.
+unsafe impl Send for Module {}
+
+/// `-1` = `default`; a positive value is used, capped by the provider's `cap`; anything else is
+/// a configuration error naming the parameter.
+fn queue_len(what: &str, v: i32, default: usize, cap: usize) -> Result<usize, FabricError> {
+    let n = match v {
+        -1 => default,
+        v if v >= 1 => v as usize,
+        v => {
+            return Err(FabricError::invalid(
+                "Module::open",
+                format!("{what} = {v}: must be -1 or at least 1"),
+            ))
+        }
+    };
+    if cap > 0 && n > cap {
+        tracing::warn!("{what} = {n} exceeds the provider's limit {cap}; using {cap}");
+        return Ok(cap);
+    }
+    Ok(n)
+}
+
+fn cq_len(cq_num: i32, sd: usize, rd: usize) -> Result<usize, FabricError> {
+    match cq_num {
+        -1 => Ok(sd + rd),
+        v if v >= 1 => {
+            if (v as usize) < sd + rd {
+                tracing::warn!(
+                    "cq_num = {v} is below sd + rd = {}; using {}",
+                    sd + rd,
+                    sd + rd
+                );
+            }
+            Ok((v as usize).max(sd + rd))
+        }
+        v => Err(FabricError::invalid(
+            "Module::open",
+            format!("cq_num = {v}: must be -1 or at least 1"),
+        )),
+    }
+}
+
+fn ch(c: Channel) -> usize {
+    c as usize
 }
 
 impl Module {
     /// Open fabric, domain, AV and both channels on `dev`; post every receive buffer.
+    ///
+    /// Queue sizes follow the original: data channel `sd_num`/`rd_num` default to the provider's
+    /// `tx_attr.size`/`rx_attr.size`, priority channel 127 each, all capped by the provider;
+    /// each CQ holds at least sd + rd entries. The data MTU is `dev.mtu` (capped again by
+    /// `cfg.mtu_cap`), the priority MTU `cfg.priority_mtu` capped by the data MTU. Buffers are
+    /// registered only when the provider asks for local registration (`FI_MR_LOCAL`); a
+    /// provider with `FI_MSG_PREFIX` gets its prefix reserved before every payload.
     pub fn open(dev: &DeviceInfo, cfg: &FabricConfig) -> Result<Module, FabricError> {
-        let _ = (&dev.info, cfg);
-        unimplemented!()
+        let data_mtu = if cfg.mtu_cap > 0 {
+            dev.mtu.min(cfg.mtu_cap)
+        } else {
+            dev.mtu
+        };
+        if data_mtu == 0 || cfg.priority_mtu == 0 {
+            return Err(FabricError::invalid(
+                "Module::open",
+                "channel MTUs must be at least 1 byte",
+            ));
+        }
+        let prio_mtu = cfg.priority_mtu.min(data_mtu);
+        // The provider adds FI_SOURCE (a secondary capability) unasked; with it, the udp provider
+        // looks every received datagram's source up in the AV. Senders are identified by a
+        // header field instead, so the edge drops the capability before opening anything.
+        let mut owned = dev.info.clone();
+        {
+            let i = owned.get_mut();
+            i.caps &= !sys::FI_SOURCE;
+            // SAFETY: entries from fi_getinfo/fi_dupinfo have rx_attr allocated.
+            unsafe { (*i.rx_attr).caps &= !sys::FI_SOURCE };
+        }
+        let info = owned.get();
+        // SAFETY: entries from fi_getinfo/fi_dupinfo have all attribute structs allocated.
+        let (tx_attr, rx_attr, ep_attr, dom_attr) = unsafe {
+            (
+                &*info.tx_attr,
+                &*info.rx_attr,
+                &*info.ep_attr,
+                &*info.domain_attr,
+            )
+        };
+        let (tx_max, rx_max) = (tx_attr.size, rx_attr.size);
+        let sd = queue_len("sd_num", cfg.sd_num, tx_max, tx_max)?;
+        let rd = queue_len("rd_num", cfg.rd_num, rx_max, rx_max)?;
+        let prio_sd = queue_len("prio_sd_num", cfg.prio_sd_num, 127, tx_max)?;
+        let prio_rd = queue_len("prio_rd_num", cfg.prio_rd_num, 127, rx_max)?;
+        let data = Sizes {
+            sd,
+            rd,
+            cq: cq_len(cfg.cq_num, sd, rd)?,
+            mtu: data_mtu,
+        };
+        let prio = Sizes {
+            sd: prio_sd,
+            rd: prio_rd,
+            cq: cq_len(cfg.cq_num, prio_sd, prio_rd)?,
+            mtu: prio_mtu,
+        };
+        let need_mr =
+            info.mode & sys::FI_LOCAL_MR != 0 || dom_attr.mr_mode & sys::FI_MR_LOCAL as i32 != 0;
+        let prefix = if info.mode & sys::FI_MSG_PREFIX != 0 {
+            ep_attr.msg_prefix_size
+        } else {
+            0
+        };
+
+        let mut fabric: *mut sys::fid_fabric = std::ptr::null_mut();
+        // SAFETY: fabric_attr comes from the provider's own fi_info entry.
+        check(
+            "fi_fabric",
+            unsafe { sys::fi_fabric(info.fabric_attr, &mut fabric, std::ptr::null_mut()) }.into(),
+        )?;
+        let fabric = Fid::new(fabric, "fabric")
+            .ok_or_else(|| FabricError::invalid("fi_fabric", "returned NULL"))?;
+        let mut domain: *mut sys::fid_domain = std::ptr::null_mut();
+        // SAFETY: fabric open; info is this provider's entry.
+        check("fi_domain", unsafe {
+            sys::domain(fabric.ptr(), owned.as_ptr(), &mut domain)
+        })?;
+        let domain = Fid::new(domain, "domain")
+            .ok_or_else(|| FabricError::invalid("fi_domain", "returned NULL"))?;
+        let mut av_attr = sys::fi_av_attr {
+            type_: sys::FI_AV_TABLE,
+            count: 256,
+            ..Default::default()
+        };
+        let mut av: *mut sys::fid_av = std::ptr::null_mut();
+        // SAFETY: domain open; attr and av valid for the call.
+        check("fi_av_open", unsafe {
+            sys::av_open(domain.ptr(), &mut av_attr, &mut av)
+        })?;
+        let av = Fid::new(av, "av")
+            .ok_or_else(|| FabricError::invalid("fi_av_open", "returned NULL"))?;
+
+        let priority = ChannelRes::open(&domain, &av, &owned, prio, need_mr, prefix)?;
+        let data = ChannelRes::open(&domain, &av, &owned, data, need_mr, prefix)?;
+        let ipv4 = Ipv4Addr::from(u32::from_be(data.name.sin_addr.s_addr));
+        tracing::debug!(
+            "usnic module {} {ipv4}: priority port {} (mtu {prio_mtu}, sd {prio_sd}, rd {prio_rd}), data port {} (mtu {data_mtu}, sd {sd}, rd {rd}), mr {need_mr}, prefix {prefix}",
+            dev.name,
+            priority.port(),
+            data.port()
+        );
+        Ok(Module {
+            channels: [priority, data],
+            av,
+            _domain: domain,
+            _fabric: fabric,
+            name: dev.name.clone(),
+            ipv4,
+        })
+    }
+
+    /// The interface this module was opened on.
+    pub fn device_name(&self) -> &str {
+        &self.name
+    }
+
+    /// The IPv4 address both endpoints are bound to.
+    pub fn ipv4(&self) -> Ipv4Addr {
+        self.ipv4
     }
 
     /// Bytes to publish through the modex so a peer can reach both channels;
     /// `LOCAL_ADDRESS_LEN` bytes, layout documented there.
     pub fn local_address(&self) -> Vec<u8> {
-        unimplemented!()
+        let mut v = Vec::with_capacity(LOCAL_ADDRESS_LEN);
+        v.extend_from_slice(&self.ipv4.octets());
+        v.extend_from_slice(&self.channels[0].port().to_be_bytes());
+        v.extend_from_slice(&self.channels[1].port().to_be_bytes());
+        v
     }
 
     /// Largest datagram of channel `ch`: `priority_mtu` (at most the device MTU) for the
     /// priority channel, the device's `mtu` for the data channel.
-    pub fn channel_mtu(&self, ch: Channel) -> usize {
-        let _ = ch;
-        unimplemented!()
+    pub fn channel_mtu(&self, ch_: Channel) -> usize {
+        self.channels[ch(ch_)].mtu
     }
 
     /// Number of send buffers of channel `ch` (= its send credits).
-    pub fn tx_capacity(&self, ch: Channel) -> usize {
-        let _ = ch;
-        unimplemented!()
+    pub fn tx_capacity(&self, c: Channel) -> usize {
+        self.channels[ch(c)].tx_capacity()
     }
 
     /// Number of send buffers of channel `ch` free right now.
-    pub fn tx_available(&self, ch: Channel) -> usize {
-        let _ = ch;
-        unimplemented!()
+    pub fn tx_available(&self, c: Channel) -> usize {
+        self.channels[ch(c)].tx_available()
     }
 
     /// Insert a peer's `local_address()` bytes into the AV (both channels). A malformed
-    /// address (wrong length, address 0.0.0.0, port 0) is an error naming what is wrong.
+    /// address (wrong length, address 0.0.0.0 or broadcast, port 0) is an error naming what is
+    /// wrong. The `udp` provider does not probe reachability here: an unreachable peer shows up
+    /// as `fi_send` errors (`ENETUNREACH`, ...) or, on a silent network, as loss.
     pub fn insert_peer(&mut self, remote_address: &[u8]) -> Result<PeerAddr, FabricError> {
-        let _ = remote_address;
-        unimplemented!()
+        let bad = |why: String| FabricError::invalid("insert_peer", why);
+        let a: [u8; LOCAL_ADDRESS_LEN] = remote_address.try_into().map_err(|_| {
+            bad(format!(
+                "peer address has {} bytes, expected {LOCAL_ADDRESS_LEN}",
+                remote_address.len()
+            ))
+        })?;
+        let ip = Ipv4Addr::new(a[0], a[1], a[2], a[3]);
+        let ports = [
+            u16::from_be_bytes([a[4], a[5]]),
+            u16::from_be_bytes([a[6], a[7]]),
+        ];
+        if ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() {
+            return Err(bad(format!(
+                "peer address {ip} is not a unicast IPv4 address"
+            )));
+        }
+        if ports.contains(&0) {
+            return Err(bad(format!(
+                "peer {ip} has port 0 (priority {}, data {})",
+                ports[0], ports[1]
+            )));
+        }
+        let sa = |port: u16| libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(ip).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        let addrs = [sa(ports[0]), sa(ports[1])];
+        let mut out = [sys::FI_ADDR_NOTAVAIL_; 2];
+        // SAFETY: av open; addrs is an array of 2 sockaddr_in (the AV's FI_SOCKADDR_IN format),
+        // out has room for 2 fi_addr_t.
+        let ret =
+            unsafe { sys::av_insert(self.av.ptr(), addrs.as_ptr().cast(), 2, out.as_mut_ptr(), 0) };
+        if ret == 2 && !out.contains(&sys::FI_ADDR_NOTAVAIL_) {
+            return Ok(PeerAddr { addr: out });
+        }
+        let mut inserted: Vec<u64> = out
+            .iter()
+            .copied()
+            .filter(|a| *a != sys::FI_ADDR_NOTAVAIL_)
+            .collect();
+        if !inserted.is_empty() {
+            // SAFETY: these fi_addr were just inserted into this AV.
+            unsafe { sys::av_remove(self.av.ptr(), inserted.as_mut_ptr(), inserted.len(), 0) };
+        }
+        let detail = format!("peer {ip} ports {}/{}", ports[0], ports[1]);
+        if ret < 0 {
+            Err(FabricError::with_detail("fi_av_insert", ret, detail))
+        } else {
+            Err(FabricError::with_detail(
+                "fi_av_insert",
+                -(sys::FI_EADDRNOTAVAIL as i64),
+                detail,
+            ))
+        }
     }
 
     /// Remove a peer from the AV (both channels).
     pub fn remove_peer(&mut self, p: &PeerAddr) {
-        let _ = p;
-        unimplemented!()
+        let mut a = p.addr;
+        // SAFETY: av open; a holds 2 fi_addr_t from insert_peer.
+        let ret = unsafe { sys::av_remove(self.av.ptr(), a.as_mut_ptr(), 2, 0) };
+        if ret < 0 {
+            tracing::warn!("{}", FabricError::from_ret("fi_av_remove", ret));
+        }
     }
 
     /// A free send buffer of channel `ch` (its length is the channel MTU), or None when every
     /// buffer is in flight. The buffer is the caller's until `post_send` succeeds or
     /// `release_tx` gives it back.
-    pub fn tx_buffer(&mut self, ch: Channel) -> Option<(BufId, &mut [u8])> {
-        let _ = ch;
-        unimplemented!()
+    pub fn tx_buffer(&mut self, c: Channel) -> Option<(BufId, &mut [u8])> {
+        self.channels[ch(c)].tx_buffer()
     }
 
     /// Give back a send buffer obtained from `tx_buffer` without sending it.
-    pub fn release_tx(&mut self, ch: Channel, buf: BufId) {
-        let _ = (ch, buf);
-        unimplemented!()
+    pub fn release_tx(&mut self, c: Channel, buf: BufId) {
+        self.channels[ch(c)].release_tx(buf)
     }
 
     /// Send the first `len` bytes of send buffer `buf` to `to` on channel `ch`.
-    /// `Err(e)` with `e.is_would_block()` (`-FI_EAGAIN`): nothing was sent and the caller still
-    /// owns the buffer (retry after `poll`). `len` larger than the channel MTU is refused
-    /// with `FI_EMSGSIZE` before reaching libfabric.
+    /// On any `Err` nothing was sent and the caller still owns the buffer; `e.is_would_block()`
+    /// (`-FI_EAGAIN`: socket or CQ full) means retry after `poll`. `len` larger than the
+    /// channel MTU is refused with `FI_EMSGSIZE` before reaching libfabric.
     pub fn post_send(
         &mut self,
-        ch: Channel,
+        c: Channel,
         buf: BufId,
         len: usize,
         to: &PeerAddr,
     ) -> Result<(), FabricError> {
-        let _ = (ch, buf, len, to);
-        unimplemented!()
+        self.channels[ch(c)].post_send(buf, len, to.fi_addr(c))
     }
 
     /// Read up to `max` completions of channel `ch` into `out` (send completions free their
     /// buffer). Never blocks. An `Err` is a failure of the CQ itself, not of one operation.
     pub fn poll(
         &mut self,
-        ch: Channel,
+        c: Channel,
         max: usize,
         out: &mut Vec<Completion>,
     ) -> Result<(), FabricError> {
-        let _ = (ch, max, out);
-        unimplemented!()
+        self.channels[ch(c)].poll(max, out)
     }
 
     /// The `len` bytes received in receive buffer `buf` of channel `ch`.
-    pub fn rx_bytes(&self, ch: Channel, buf: BufId, len: usize) -> &[u8] {
-        let _ = (ch, buf, len);
-        unimplemented!()
+    pub fn rx_bytes(&self, c: Channel, buf: BufId, len: usize) -> &[u8] {
+        self.channels[ch(c)].rx_bytes(buf, len)
     }
 
     /// Address of receive buffer `buf`'s payload: stable for the module's lifetime, valid to read
     /// until the buffer is reposted (the Open MPI edge hands it to the PML with no borrow live).
-    pub fn rx_ptr(&self, ch: Channel, buf: BufId) -> *mut u8 {
-        let _ = (ch, buf);
-        unimplemented!()
+    pub fn rx_ptr(&self, c: Channel, buf: BufId) -> *mut u8 {
+        self.channels[ch(c)].rx_ptr(buf)
     }
 
     /// Queue receive buffer `buf` of channel `ch` for reposting (batched: see `flush_reposts`).
-    pub fn repost(&mut self, ch: Channel, buf: BufId) {
-        let _ = (ch, buf);
-        unimplemented!()
+    /// Reposting a buffer that is not with the caller is ignored (with a warning).
+    pub fn repost(&mut self, c: Channel, buf: BufId) {
+        self.channels[ch(c)].repost(buf)
     }
 
     /// Post every queued receive buffer, all but the last of each channel with `FI_MORE`.
     pub fn flush_reposts(&mut self) -> Result<(), FabricError> {
-        unimplemented!()
+        let r0 = self.channels[0].flush();
+        let r1 = self.channels[1].flush();
+        r0.and(r1)
     }
 }

@@ -1,0 +1,458 @@
+//! One channel: an FI_EP_DGRAM endpoint with its own CQ, posted receive buffers (batched
+//! reposting) and send buffers (one per send credit).
+use super::bufpool::Slab;
+use super::error::{check, strerror, FabricError};
+use super::fid::Fid;
+use super::info::OwnedInfo;
+use super::module::{BufId, Completion, Op};
+use super::sys;
+use std::os::raw::c_void;
+
+/// Queue sizes and datagram size of one channel.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Sizes {
+    pub sd: usize,
+    pub rd: usize,
+    pub cq: usize,
+    pub mtu: usize,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum TxState {
+    Free,
+    /// Handed to the caller by `tx_buffer`, not yet accepted by `fi_send`.
+    Lent,
+    InFlight,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum RxState {
+    Posted,
+    /// Its datagram is with the caller until `repost`.
+    Lent,
+    Queued,
+}
+
+/// CQ entries fetched per `fi_cq_read`.
+const CQ_BATCH: usize = 64;
+
+/// Operation contexts are plain tagged integers, never dereferenced: the provider is not
+/// asked for `FI_CONTEXT` mode, so it only hands them back. Bit 0: receive; above: index + 1
+/// (so no context is NULL).
+fn context(idx: usize, rx: bool) -> *mut c_void {
+    (((idx + 1) << 1) | usize::from(rx)) as *mut c_void
+}
+
+fn decode(ctx: *mut c_void) -> Option<(usize, bool)> {
+    let v = ctx as usize;
+    let idx = (v >> 1).checked_sub(1)?;
+    Some((idx, v & 1 == 1))
+}
+
+pub(crate) struct ChannelRes {
+    // Field order is close order: the endpoint first (it references CQ, AV and the posted
+    // buffers), then the registrations, then the CQ, then the memory itself.
+    ep: Fid<sys::fid_ep>,
+    _mrs: Vec<Fid<sys::fid_mr>>,
+    cq: Fid<sys::fid_cq>,
+    rx: Slab,
+    tx: Slab,
+    rx_desc: *mut c_void,
+    tx_desc: *mut c_void,
+    /// `FI_MSG_PREFIX` bytes reserved before every payload (0 for `udp`).
+    prefix: usize,
+    pub(crate) mtu: usize,
+    /// The endpoint's bound address (network-order fields, as from getsockname).
+    pub(crate) name: libc::sockaddr_in,
+    tx_free: Vec<u32>,
+    tx_state: Vec<TxState>,
+    rx_state: Vec<RxState>,
+    reposts: Vec<u32>,
+    entries: Vec<sys::fi_cq_msg_entry>,
+}
+
+impl ChannelRes {
+    pub(crate) fn open(
+        domain: &Fid<sys::fid_domain>,
+        av: &Fid<sys::fid_av>,
+        dev_info: &OwnedInfo,
+        sizes: Sizes,
+        need_mr: bool,
+        prefix: usize,
+    ) -> Result<ChannelRes, FabricError> {
+        let mut attr = sys::fi_cq_attr {
+            size: sizes.cq,
+            format: sys::FI_CQ_FORMAT_MSG,
+            wait_obj: sys::FI_WAIT_NONE,
+            ..Default::default()
+        };
+        let mut cq: *mut sys::fid_cq = std::ptr::null_mut();
+        // SAFETY: domain is open; attr and cq are valid for the call.
+        check("fi_cq_open", unsafe {
+            sys::cq_open(domain.ptr(), &mut attr, &mut cq)
+        })?;
+        let cq = Fid::new(cq, "cq")
+            .ok_or_else(|| FabricError::invalid("fi_cq_open", "returned NULL"))?;
+
+        let mut info = dev_info.clone();
+        {
+            let i = info.get_mut();
+            // SAFETY: entries from fi_getinfo/fi_dupinfo have tx_attr and rx_attr allocated.
+            unsafe {
+                (*i.tx_attr).size = sizes.sd;
+                (*i.rx_attr).size = sizes.rd;
+            }
+        }
+        let mut ep: *mut sys::fid_ep = std::ptr::null_mut();
+        // SAFETY: domain open; info is a valid single entry of this provider.
+        check("fi_endpoint", unsafe {
+            sys::endpoint(domain.ptr(), info.as_ptr(), &mut ep)
+        })?;
+        drop(info);
+        let ep = Fid::new(ep, "endpoint")
+            .ok_or_else(|| FabricError::invalid("fi_endpoint", "returned NULL"))?;
+        let flags = sys::FI_TRANSMIT as u64 | sys::FI_RECV as u64;
+        // SAFETY: ep, cq and av are open objects of the same domain.
+        unsafe {
+            check("fi_ep_bind(cq)", sys::ep_bind(ep.ptr(), cq.fid(), flags))?;
+            check("fi_ep_bind(av)", sys::ep_bind(ep.ptr(), av.fid(), 0))?;
+            check("fi_enable", sys::enable(ep.ptr()))?;
+        }
+        // SAFETY: sockaddr_in is plain data; all-zero is valid.
+        let mut name: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_in>();
+        // SAFETY: ep enabled; name/len describe a writable sockaddr_in.
+        check("fi_getname", unsafe {
+            sys::getname(
+                ep.ptr(),
+                (&mut name as *mut libc::sockaddr_in).cast(),
+                &mut len,
+            )
+        })?;
+        if i32::from(name.sin_family) != libc::AF_INET
+            || len != std::mem::size_of::<libc::sockaddr_in>()
+        {
+            return Err(FabricError::invalid(
+                "fi_getname",
+                "endpoint address is not IPv4 sockaddr_in",
+            ));
+        }
+
+        // Receive buffers get one spare byte: a datagram longer than the MTU fills it, which is
+        // how an oversized (and, by the provider, silently truncated) datagram is detected.
+        let rx = Slab::new(sizes.rd, prefix + sizes.mtu + 1);
+        let tx = Slab::new(sizes.sd, prefix + sizes.mtu);
+        let mut mrs = Vec::new();
+        let (mut rx_desc, mut tx_desc) = (std::ptr::null_mut(), std::ptr::null_mut());
+        if need_mr {
+            for (slab, access, desc) in [
+                (&rx, sys::FI_RECV as u64, &mut rx_desc),
+                (&tx, sys::FI_SEND as u64, &mut tx_desc),
+            ] {
+                let mut mr: *mut sys::fid_mr = std::ptr::null_mut();
+                // SAFETY: the slab is live for as long as the MR (declared after ep, before
+                // the slabs, so closed first).
+                check("fi_mr_reg", unsafe {
+                    sys::mr_reg(
+                        domain.ptr(),
+                        slab.base().cast(),
+                        slab.bytes(),
+                        access,
+                        &mut mr,
+                    )
+                })?;
+                let mr = Fid::new(mr, "mr")
+                    .ok_or_else(|| FabricError::invalid("fi_mr_reg", "returned NULL"))?;
+                // SAFETY: fi_mr_desc(mr) is `mr->mem_desc`.
+                *desc = unsafe { (*mr.ptr()).mem_desc };
+                mrs.push(mr);
+            }
+        }
+        let mut ch = ChannelRes {
+            ep,
+            _mrs: mrs,
+            cq,
+            rx,
+            tx,
+            rx_desc,
+            tx_desc,
+            prefix,
+            mtu: sizes.mtu,
+            name,
+            tx_free: (0..sizes.sd as u32).rev().collect(),
+            tx_state: vec![TxState::Free; sizes.sd],
+            rx_state: vec![RxState::Queued; sizes.rd],
+            reposts: (0..sizes.rd as u32).collect(),
+            entries: vec![sys::fi_cq_msg_entry::default(); CQ_BATCH],
+        };
+        ch.flush()?;
+        Ok(ch)
+    }
+
+    pub(crate) fn port(&self) -> u16 {
+        u16::from_be(self.name.sin_port)
+    }
+
+    pub(crate) fn tx_capacity(&self) -> usize {
+        self.tx_state.len()
+    }
+
+    pub(crate) fn tx_available(&self) -> usize {
+        self.tx_free.len()
+    }
+
+    pub(crate) fn tx_buffer(&mut self) -> Option<(BufId, &mut [u8])> {
+        let i = self.tx_free.pop()?;
+        self.tx_state[i as usize] = TxState::Lent;
+        let (prefix, mtu) = (self.prefix, self.mtu);
+        Some((BufId(i), self.tx.slice_mut(i as usize, prefix, mtu)))
+    }
+
+    fn lent_tx(&self, buf: BufId) -> Result<usize, FabricError> {
+        let i = buf.0 as usize;
+        match self.tx_state.get(i) {
+            Some(TxState::Lent) => Ok(i),
+            Some(s) => Err(FabricError::invalid(
+                "post_send",
+                format!("send buffer {i} is not lent out (state {s:?})"),
+            )),
+            None => Err(FabricError::invalid(
+                "post_send",
+                format!("no send buffer {i}"),
+            )),
+        }
+    }
+
+    pub(crate) fn release_tx(&mut self, buf: BufId) {
+        match self.lent_tx(buf) {
+            Ok(i) => {
+                self.tx_state[i] = TxState::Free;
+                self.tx_free.push(i as u32);
+            }
+            Err(e) => tracing::warn!("release_tx ignored: {e}"),
+        }
+    }
+
+    pub(crate) fn post_send(
+        &mut self,
+        buf: BufId,
+        len: usize,
+        to: sys::fi_addr_t,
+    ) -> Result<(), FabricError> {
+        let i = self.lent_tx(buf)?;
+        if len > self.mtu {
+            return Err(FabricError {
+                call: "post_send",
+                code: sys::FI_EMSGSIZE as i32,
+                message: format!(
+                    "datagram of {len} bytes exceeds the channel MTU of {} bytes",
+                    self.mtu
+                ),
+            });
+        }
+        // SAFETY: buffer i is lent to us (not in flight), lives in tx which outlives the ep;
+        // prefix + len <= its size; the context is a tag, never dereferenced.
+        let ret = unsafe {
+            sys::send(
+                self.ep.ptr(),
+                self.tx.at(i).cast(),
+                self.prefix + len,
+                self.tx_desc,
+                to,
+                context(i, false),
+            )
+        };
+        if ret < 0 {
+            return Err(FabricError::with_detail(
+                "fi_send",
+                ret,
+                format_args!("{len} bytes to fi_addr {to}"),
+            ));
+        }
+        self.tx_state[i] = TxState::InFlight;
+        Ok(())
+    }
+
+    pub(crate) fn rx_bytes(&self, buf: BufId, len: usize) -> &[u8] {
+        assert!(
+            len <= self.mtu,
+            "rx_bytes: length {len} beyond the channel MTU {}",
+            self.mtu
+        );
+        self.rx.slice(buf.0 as usize, self.prefix, len)
+    }
+
+    pub(crate) fn rx_ptr(&self, buf: BufId) -> *mut u8 {
+        // SAFETY: prefix < buffer size, so the pointer stays inside buffer `buf`.
+        unsafe { self.rx.at(buf.0 as usize).add(self.prefix) }
+    }
+
+    pub(crate) fn repost(&mut self, buf: BufId) {
+        let i = buf.0 as usize;
+        match self.rx_state.get(i) {
+            Some(RxState::Lent) => {
+                self.rx_state[i] = RxState::Queued;
+                self.reposts.push(buf.0);
+            }
+            // Posting a buffer twice would let two datagrams land in it: refuse.
+            other => tracing::warn!("repost of receive buffer {i} ignored (state {other:?})"),
+        }
+    }
+
+    /// Post the queued receive buffers, `FI_MORE` on all but the last.
+    pub(crate) fn flush(&mut self) -> Result<(), FabricError> {
+        let queued = std::mem::take(&mut self.reposts);
+        for (k, &i) in queued.iter().enumerate() {
+            let more = if k + 1 < queued.len() {
+                sys::FI_MORE as u64
+            } else {
+                0
+            };
+            let iov = sys::iovec {
+                iov_base: self.rx.at(i as usize).cast(),
+                iov_len: self.prefix + self.mtu + 1,
+            };
+            let mut desc = self.rx_desc;
+            let msg = sys::fi_msg {
+                msg_iov: &iov,
+                desc: &mut desc,
+                iov_count: 1,
+                addr: sys::FI_ADDR_UNSPEC_,
+                context: context(i as usize, true),
+                data: 0,
+            };
+            // SAFETY: buffer i is not posted (Queued) and lives in rx, which outlives the ep;
+            // iov/desc/msg are read during the call only (the provider copies the iov).
+            let ret = unsafe { sys::recvmsg(self.ep.ptr(), &msg, more) };
+            if ret < 0 {
+                self.reposts.extend_from_slice(&queued[k..]);
+                if ret == -(sys::FI_EAGAIN as i64) {
+                    return Ok(());
+                }
+                return Err(FabricError::from_ret("fi_recvmsg", ret));
+            }
+            self.rx_state[i as usize] = RxState::Posted;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn poll(
+        &mut self,
+        max: usize,
+        out: &mut Vec<Completion>,
+    ) -> Result<(), FabricError> {
+        let mut got = 0;
+        while got < max {
+            let n = (max - got).min(CQ_BATCH);
+            // SAFETY: entries holds CQ_BATCH >= n fi_cq_msg_entry, the CQ's format.
+            let ret = unsafe { sys::cq_read(self.cq.ptr(), self.entries.as_mut_ptr().cast(), n) };
+            if ret == -(sys::FI_EAGAIN as i64) || ret == 0 {
+                break;
+            }
+            if ret == -(sys::FI_EAVAIL as i64) {
+                out.push(self.read_error()?);
+                got += 1;
+                continue;
+            }
+            check("fi_cq_read", ret)?;
+            for k in 0..ret as usize {
+                let e = self.entries[k];
+                if let Some(c) = self.complete(e.op_context, e.len) {
+                    out.push(c);
+                }
+            }
+            got += ret as usize;
+        }
+        Ok(())
+    }
+
+    fn complete(&mut self, ctx: *mut c_void, len: usize) -> Option<Completion> {
+        let Some((i, rx)) = decode(ctx) else {
+            tracing::error!("completion with unknown context {ctx:?} ignored");
+            return None;
+        };
+        if rx {
+            if self.rx_state.get(i) != Some(&RxState::Posted) {
+                tracing::error!("receive completion for buffer {i} that is not posted ignored");
+                return None;
+            }
+            self.rx_state[i] = RxState::Lent;
+            let buf = BufId(i as u32);
+            let payload = len.checked_sub(self.prefix);
+            match payload {
+                Some(p) if p <= self.mtu => Some(Completion::Recv { buf, len: p }),
+                _ => {
+                    self.repost(buf);
+                    Some(Completion::Error {
+                        op: Op::Recv,
+                        buf,
+                        error: FabricError {
+                            call: "fi_cq_read",
+                            code: sys::FI_ETRUNC as i32,
+                            message: format!(
+                                "received datagram of {len} bytes or more does not fit the channel MTU of {} bytes; dropped",
+                                self.mtu
+                            ),
+                        },
+                    })
+                }
+            }
+        } else {
+            if self.tx_state.get(i) != Some(&TxState::InFlight) {
+                tracing::error!("send completion for buffer {i} that is not in flight ignored");
+                return None;
+            }
+            self.tx_state[i] = TxState::Free;
+            self.tx_free.push(i as u32);
+            Some(Completion::SendDone {
+                buf: BufId(i as u32),
+            })
+        }
+    }
+
+    fn read_error(&mut self) -> Result<Completion, FabricError> {
+        let mut err = sys::fi_cq_err_entry::default();
+        // SAFETY: err is a writable fi_cq_err_entry with err_data_size 0 (provider-owned
+        // err_data, valid until the next CQ call; used right below only).
+        let ret = unsafe { sys::cq_readerr(self.cq.ptr(), &mut err, 0) };
+        check("fi_cq_readerr", ret)?;
+        // SAFETY: cq open; the provider formats prov_errno (NULL when it cannot).
+        let text = unsafe { sys::cq_strerror(self.cq.ptr(), err.prov_errno, err.err_data) };
+        let message = if text.is_null() {
+            strerror(err.err)
+        } else {
+            // SAFETY: a NUL-terminated string owned by the provider.
+            unsafe { std::ffi::CStr::from_ptr(text) }
+                .to_string_lossy()
+                .into_owned()
+        };
+        let error = FabricError {
+            call: "fi_cq_read",
+            code: err.err,
+            message,
+        };
+        let Some((i, rx)) = decode(err.op_context) else {
+            return Err(error);
+        };
+        let buf = BufId(i as u32);
+        if rx && self.rx_state.get(i) == Some(&RxState::Posted) {
+            self.rx_state[i] = RxState::Lent;
+            self.repost(buf);
+            Ok(Completion::Error {
+                op: Op::Recv,
+                buf,
+                error,
+            })
+        } else if !rx && self.tx_state.get(i) == Some(&TxState::InFlight) {
+            self.tx_state[i] = TxState::Free;
+            self.tx_free.push(i as u32);
+            Ok(Completion::Error {
+                op: Op::Send,
+                buf,
+                error,
+            })
+        } else {
+            Err(error)
+        }
+    }
+}

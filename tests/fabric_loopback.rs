@@ -1,0 +1,295 @@
+//! Two modules on `lo` exchanging datagrams through the udp provider.
+use usnic_rs::fabric::{
+    discover, parse_if_list, Completion, DeviceInfo, FabricConfig, Module, Op, PeerAddr,
+    LOCAL_ADDRESS_LEN,
+};
+use usnic_rs::proto::Channel;
+
+const CHANNELS: [Channel; 2] = [Channel::Priority, Channel::Data];
+
+fn lo_cfg() -> FabricConfig {
+    FabricConfig {
+        if_include: parse_if_list("lo").unwrap(),
+        ..Default::default()
+    }
+}
+
+fn lo(cfg: &FabricConfig) -> DeviceInfo {
+    discover(cfg)
+        .unwrap()
+        .into_iter()
+        .next()
+        .expect("lo via the udp provider")
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+fn send(m: &mut Module, ch: Channel, to: &PeerAddr, data: &[u8]) {
+    let (id, buf) = m.tx_buffer(ch).expect("free send buffer");
+    buf[..data.len()].copy_from_slice(data);
+    m.post_send(ch, id, data.len(), to).expect("post_send");
+}
+
+/// Polls `m` until one receive (or error) completion of `ch` arrives; send completions are
+/// dropped. Bounded: a lost datagram fails the test instead of hanging it.
+fn recv_one(m: &mut Module, ch: Channel) -> Completion {
+    let mut out = Vec::new();
+    for _ in 0..200_000 {
+        m.poll(ch, 8, &mut out).unwrap();
+        if let Some(p) = out
+            .iter()
+            .position(|c| !matches!(c, Completion::SendDone { .. }))
+        {
+            return out.remove(p);
+        }
+        out.clear();
+    }
+    panic!("no datagram arrived on {ch:?}");
+}
+
+fn expect_datagram(m: &mut Module, ch: Channel, want: &[u8]) {
+    match recv_one(m, ch) {
+        Completion::Recv { buf, len } => {
+            assert_eq!(len, want.len(), "length on {ch:?}");
+            assert!(m.rx_bytes(ch, buf, len) == want, "content on {ch:?}");
+            // SAFETY: rx_ptr points to the same received bytes until the buffer is reposted.
+            let raw = unsafe { std::slice::from_raw_parts(m.rx_ptr(ch, buf), len) };
+            assert!(raw == want);
+            m.repost(ch, buf);
+            m.flush_reposts().unwrap();
+        }
+        other => panic!("expected a datagram on {ch:?}, got {other:?}"),
+    }
+}
+
+fn drain_sends(m: &mut Module) {
+    let mut out = Vec::new();
+    for ch in CHANNELS {
+        m.poll(ch, 1024, &mut out).unwrap();
+    }
+    assert!(
+        out.iter().all(|c| matches!(c, Completion::SendDone { .. })),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn both_ways_both_channels_all_sizes() {
+    let cfg = lo_cfg();
+    let dev = lo(&cfg);
+    let mut a = Module::open(&dev, &cfg).unwrap();
+    let mut b = Module::open(&dev, &cfg).unwrap();
+    assert_eq!(a.local_address().len(), LOCAL_ADDRESS_LEN);
+    assert_ne!(a.local_address(), b.local_address());
+    assert_eq!(a.channel_mtu(Channel::Priority), 768);
+    assert_eq!(a.channel_mtu(Channel::Data), dev.mtu);
+    let to_b = a.insert_peer(&b.local_address()).unwrap();
+    let to_a = b.insert_peer(&a.local_address()).unwrap();
+    assert_ne!(to_b.fi_addr(Channel::Priority), to_b.fi_addr(Channel::Data));
+    for ch in CHANNELS {
+        let mtu = a.channel_mtu(ch);
+        for (k, len) in [0usize, 1, 8, 100, mtu - 1, mtu].into_iter().enumerate() {
+            let d = pattern(len, k as u8);
+            send(&mut a, ch, &to_b, &d);
+            expect_datagram(&mut b, ch, &d);
+            let d = pattern(len, 100 + k as u8);
+            send(&mut b, ch, &to_a, &d);
+            expect_datagram(&mut a, ch, &d);
+        }
+    }
+    drain_sends(&mut a);
+    drain_sends(&mut b);
+    for ch in CHANNELS {
+        assert_eq!(
+            a.tx_available(ch),
+            a.tx_capacity(ch),
+            "every send buffer back on {ch:?}"
+        );
+    }
+    a.remove_peer(&to_b);
+    b.remove_peer(&to_a);
+}
+
+#[test]
+fn measured_datagram_limit_on_lo() {
+    // lo's MTU is 65536: the data channel uses the largest UDP payload, 65507 bytes, although
+    // the provider advertises max_msg_size 1472.
+    let cfg = lo_cfg();
+    let dev = lo(&cfg);
+    assert_eq!(dev.mtu, 65_507);
+    let mut a = Module::open(&dev, &cfg).unwrap();
+    let mut b = Module::open(&dev, &cfg).unwrap();
+    let to_b = a.insert_peer(&b.local_address()).unwrap();
+    for len in [1472, 1473, 9000, 65_507] {
+        let d = pattern(len, 7);
+        send(&mut a, Channel::Data, &to_b, &d);
+        expect_datagram(&mut b, Channel::Data, &d);
+    }
+}
+
+#[test]
+fn too_large_send_is_refused_and_buffer_kept() {
+    let cfg = lo_cfg();
+    let dev = lo(&cfg);
+    let mut a = Module::open(&dev, &cfg).unwrap();
+    let mut b = Module::open(&dev, &cfg).unwrap();
+    let to_b = a.insert_peer(&b.local_address()).unwrap();
+    let mtu = a.channel_mtu(Channel::Priority);
+    let free = a.tx_available(Channel::Priority);
+    let (id, buf) = a.tx_buffer(Channel::Priority).unwrap();
+    buf[..4].copy_from_slice(b"ping");
+    let e = a
+        .post_send(Channel::Priority, id, mtu + 1, &to_b)
+        .unwrap_err();
+    assert_eq!(e.code, 90, "FI_EMSGSIZE: {e}");
+    assert!(!e.is_would_block());
+    assert!(e.to_string().contains("exceeds the channel MTU"), "{e}");
+    // The buffer is still ours: send it properly.
+    a.post_send(Channel::Priority, id, 4, &to_b).unwrap();
+    expect_datagram(&mut b, Channel::Priority, b"ping");
+    drain_sends(&mut a);
+    assert_eq!(a.tx_available(Channel::Priority), free);
+}
+
+#[test]
+fn oversized_datagram_is_an_error_completion_not_a_crash() {
+    // b's data channel is capped at 1000 bytes; a (65507) sends it 1001 and 60000 bytes.
+    let big = lo_cfg();
+    let small = FabricConfig {
+        mtu_cap: 1000,
+        ..lo_cfg()
+    };
+    let mut a = Module::open(&lo(&big), &big).unwrap();
+    let mut b = Module::open(&lo(&small), &small).unwrap();
+    assert_eq!(b.channel_mtu(Channel::Data), 1000);
+    let to_b = a.insert_peer(&b.local_address()).unwrap();
+    for len in [1001, 60_000] {
+        send(&mut a, Channel::Data, &to_b, &pattern(len, 1));
+        match recv_one(&mut b, Channel::Data) {
+            Completion::Error {
+                op: Op::Recv,
+                error,
+                ..
+            } => {
+                assert_eq!(error.code, 265, "FI_ETRUNC: {error}");
+                assert!(error.to_string().contains("1000"), "{error}");
+            }
+            other => panic!("expected an oversize error, got {other:?}"),
+        }
+        // The buffer went back to the repost queue by itself; traffic continues.
+        b.flush_reposts().unwrap();
+        let ok = pattern(1000, 2);
+        send(&mut a, Channel::Data, &to_b, &ok);
+        expect_datagram(&mut b, Channel::Data, &ok);
+    }
+}
+
+#[test]
+fn credits_run_out_and_come_back() {
+    let cfg = FabricConfig {
+        prio_sd_num: 4,
+        ..lo_cfg()
+    };
+    let dev = lo(&cfg);
+    let mut a = Module::open(&dev, &cfg).unwrap();
+    let b = Module::open(&dev, &cfg).unwrap();
+    let to_b = a.insert_peer(&b.local_address()).unwrap();
+    assert_eq!(a.tx_capacity(Channel::Priority), 4);
+    for _ in 0..4 {
+        send(&mut a, Channel::Priority, &to_b, b"x");
+    }
+    assert!(a.tx_buffer(Channel::Priority).is_none());
+    let mut out = Vec::new();
+    a.poll(Channel::Priority, 2, &mut out).unwrap();
+    assert_eq!(out.len(), 2, "poll respects max: {out:?}");
+    assert_eq!(a.tx_available(Channel::Priority), 2);
+    a.poll(Channel::Priority, 100, &mut out).unwrap();
+    assert_eq!(out.len(), 4);
+    assert_eq!(a.tx_available(Channel::Priority), 4);
+    // release_tx returns an unsent buffer.
+    let (id, _) = a.tx_buffer(Channel::Priority).unwrap();
+    assert_eq!(a.tx_available(Channel::Priority), 3);
+    a.release_tx(Channel::Priority, id);
+    assert_eq!(a.tx_available(Channel::Priority), 4);
+    // Releasing it again is ignored, not a double free.
+    a.release_tx(Channel::Priority, id);
+    assert_eq!(a.tx_available(Channel::Priority), 4);
+}
+
+#[test]
+fn bad_peer_addresses_are_clear_errors() {
+    let cfg = lo_cfg();
+    let mut a = Module::open(&lo(&cfg), &cfg).unwrap();
+    for (addr, needle) in [
+        (vec![127, 0, 0, 1, 0, 1], "6 bytes"),
+        (vec![], "0 bytes"),
+        (vec![0, 0, 0, 0, 0, 1, 0, 2], "0.0.0.0"),
+        (vec![255, 255, 255, 255, 0, 1, 0, 2], "255.255.255.255"),
+        (vec![224, 0, 0, 1, 0, 1, 0, 2], "224.0.0.1"),
+        (vec![127, 0, 0, 1, 0, 0, 0, 2], "port 0"),
+        (vec![127, 0, 0, 1, 0, 1, 0, 0], "port 0"),
+    ] {
+        let e = a.insert_peer(&addr).unwrap_err();
+        assert!(e.to_string().contains(needle), "{addr:?}: {e}");
+    }
+}
+
+#[test]
+fn bad_queue_sizes_are_refused() {
+    let dev = lo(&lo_cfg());
+    for cfg in [
+        FabricConfig {
+            sd_num: 0,
+            ..lo_cfg()
+        },
+        FabricConfig {
+            rd_num: -2,
+            ..lo_cfg()
+        },
+        FabricConfig {
+            cq_num: 0,
+            ..lo_cfg()
+        },
+        FabricConfig {
+            priority_mtu: 0,
+            ..lo_cfg()
+        },
+    ] {
+        assert!(Module::open(&dev, &cfg).is_err());
+    }
+    // Sizes beyond the provider's limits are capped, not refused.
+    let big = FabricConfig {
+        sd_num: 100_000,
+        rd_num: 8,
+        cq_num: 1,
+        ..lo_cfg()
+    };
+    let m = Module::open(&dev, &big).unwrap();
+    assert_eq!(m.tx_capacity(Channel::Data), 1024);
+}
+
+#[test]
+fn repost_of_a_posted_buffer_is_ignored() {
+    let cfg = FabricConfig {
+        rd_num: 2,
+        ..lo_cfg()
+    };
+    let dev = lo(&cfg);
+    let mut a = Module::open(&dev, &cfg).unwrap();
+    let mut b = Module::open(&dev, &cfg).unwrap();
+    let to_b = a.insert_peer(&b.local_address()).unwrap();
+    // Buffer 0 and 1 are posted: reposting them must not post them twice.
+    b.repost(Channel::Data, usnic_rs::fabric::BufId(0));
+    b.repost(Channel::Data, usnic_rs::fabric::BufId(1));
+    b.repost(Channel::Data, usnic_rs::fabric::BufId(7));
+    b.flush_reposts().unwrap();
+    for k in 0..6u8 {
+        let d = pattern(64, k);
+        send(&mut a, Channel::Data, &to_b, &d);
+        expect_datagram(&mut b, Channel::Data, &d);
+    }
+}
