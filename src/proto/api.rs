@@ -1,8 +1,7 @@
 //! Public surface of the protocol core (the contract the edges code against).
 //!
-//! CONTRACT SKELETON: the bodies are placeholders to be replaced by the real engine
-//! (issue 2). Signatures and type names are fixed; internals may be split into files
-//! (seq, window, hotel, ack, wire, fragment, chunk, channel, peer, engine, stats, ...).
+//! Signatures and type names are fixed; `Engine` itself lives in `engine/` (its methods are
+//! documented there) and is re-exported from `crate::proto`.
 
 /// Monotonic time in nanoseconds since an origin chosen by the caller.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -143,17 +142,39 @@ pub enum Failure {
 pub enum Event {
     /// A whole fragment arrived (a reassembled chunked fragment; single-datagram fragments
     /// are returned in place by `handle_datagram`).
-    Deliver { peer: PeerId, tag: u8, data: Vec<u8> },
+    Deliver {
+        peer: PeerId,
+        tag: u8,
+        data: Vec<u8>,
+    },
     /// Every byte of a `submit_send` was acknowledged (or failed).
-    SendComplete { peer: PeerId, cookie: Cookie, result: Result<(), Failure> },
+    SendComplete {
+        peer: PeerId,
+        cookie: Cookie,
+        result: Result<(), Failure>,
+    },
     /// Every byte of a `submit_put` was acknowledged as landed at the target (or failed).
-    PutComplete { peer: PeerId, cookie: Cookie, result: Result<(), Failure> },
+    PutComplete {
+        peer: PeerId,
+        cookie: Cookie,
+        result: Result<(), Failure>,
+    },
     /// Every byte requested by `submit_get` has been handed out through `RxOutcome::Write`
     /// (or the operation failed).
-    GetComplete { peer: PeerId, cookie: Cookie, result: Result<(), Failure> },
+    GetComplete {
+        peer: PeerId,
+        cookie: Cookie,
+        result: Result<(), Failure>,
+    },
     /// A peer asks this side to read `len` bytes at `offset` of region `region` and send them
     /// back; the edge validates the region and answers with `Engine::answer_get`.
-    GetRequest { peer: PeerId, request: u32, region: u64, offset: u64, len: u64 },
+    GetRequest {
+        peer: PeerId,
+        request: u32,
+        region: u64,
+        offset: u64,
+        len: u64,
+    },
     /// Reported once per peer: it acknowledged nothing for `peer_timeout` while data was
     /// outstanding. Everything queued for it completes with `Failure::PeerUnreachable`.
     PeerFailed { peer: PeerId, remote_id: u64 },
@@ -179,12 +200,21 @@ pub enum RxOutcome {
     Dropped(DropReason),
     /// A whole single-datagram fragment: hand `datagram[payload]` to the PML with `tag`,
     /// straight from the receive buffer.
-    Deliver { peer: PeerId, tag: u8, payload: core::ops::Range<usize> },
+    Deliver {
+        peer: PeerId,
+        tag: u8,
+        payload: core::ops::Range<usize>,
+    },
     /// Emulated RDMA data: write `datagram[payload]` at `offset` inside local region `region`
     /// (a PUT target registered on this side, or a GET's local destination identified by
     /// the cookie's region as given to `submit_get`). The edge must refuse (and report with
     /// `Engine::refuse_write`) any write outside memory registered for it.
-    Write { peer: PeerId, region: u64, offset: u64, payload: core::ops::Range<usize> },
+    Write {
+        peer: PeerId,
+        region: u64,
+        offset: u64,
+        payload: core::ops::Range<usize>,
+    },
 }
 
 /// One datagram the core wants sent: bytes are `buf[..len]` of the buffer given to
@@ -221,138 +251,4 @@ pub struct Stats {
     pub bytes_sent: u64,
     pub bytes_received: u64,
     pub peers_failed: u64,
-}
-
-/// The reliability engine of one BTL module.
-#[derive(Debug)]
-pub struct Engine {
-    _cfg: Config,
-}
-
-impl Engine {
-    pub fn new(cfg: Config) -> Result<Engine, ConfigError> {
-        Ok(Engine { _cfg: cfg })
-    }
-
-    pub fn config(&self) -> &Config {
-        &self._cfg
-    }
-
-    /// Largest payload of a single-datagram fragment on the data channel.
-    pub fn max_frag_payload(&self) -> usize {
-        unimplemented!("issue 2")
-    }
-
-    /// Largest payload that goes on the priority channel as a tiny message.
-    pub fn max_tiny_payload(&self) -> usize {
-        unimplemented!("issue 2")
-    }
-
-    pub fn add_peer(&mut self, _now: Instant, _info: PeerInfo) -> PeerId {
-        unimplemented!("issue 2")
-    }
-
-    /// Forget a peer: anything queued or unacknowledged completes with `PeerUnreachable`.
-    pub fn remove_peer(&mut self, _now: Instant, _peer: PeerId) {
-        unimplemented!("issue 2")
-    }
-
-    /// True when nothing is queued or unacknowledged for `peer` (used by flush/del_procs).
-    pub fn is_idle(&self, _peer: PeerId) -> bool {
-        unimplemented!("issue 2")
-    }
-
-    /// Queue a PML fragment. Tiny ones go on the priority channel, others on the data channel,
-    /// chunked when larger than one datagram. `SendComplete` follows when all is acknowledged.
-    pub fn submit_send(
-        &mut self,
-        _now: Instant,
-        _peer: PeerId,
-        _tag: u8,
-        _data: Vec<u8>,
-        _cookie: Cookie,
-    ) -> Result<(), SubmitError> {
-        unimplemented!("issue 2")
-    }
-
-    /// Emulated PUT: `data` lands at `offset` of the peer's region `region` with no upcall there.
-    pub fn submit_put(
-        &mut self,
-        _now: Instant,
-        _peer: PeerId,
-        _region: u64,
-        _offset: u64,
-        _data: Vec<u8>,
-        _cookie: Cookie,
-    ) -> Result<(), SubmitError> {
-        unimplemented!("issue 2")
-    }
-
-    /// Emulated GET: read `len` bytes at `offset` of the peer's region `remote_region`; the
-    /// bytes come back as `RxOutcome::Write { region: local_region, offset: local_offset + i }`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn submit_get(
-        &mut self,
-        _now: Instant,
-        _peer: PeerId,
-        _remote_region: u64,
-        _remote_offset: u64,
-        _local_region: u64,
-        _local_offset: u64,
-        _len: u64,
-        _cookie: Cookie,
-    ) -> Result<(), SubmitError> {
-        unimplemented!("issue 2")
-    }
-
-    /// Answer an `Event::GetRequest`: `Ok(data)` sends the bytes back, `Err(())` refuses.
-    pub fn answer_get(
-        &mut self,
-        _now: Instant,
-        _peer: PeerId,
-        _request: u32,
-        _data: Result<Vec<u8>, ()>,
-    ) {
-        unimplemented!("issue 2")
-    }
-
-    /// The edge refused an `RxOutcome::Write` (outside registered memory): counted, and the
-    /// originating PUT/GET completes with `RemoteRefused`.
-    pub fn refuse_write(&mut self, _now: Instant, _peer: PeerId) {
-        unimplemented!("issue 2")
-    }
-
-    /// One received datagram on `channel`. Never panics, whatever the bytes.
-    pub fn handle_datagram(&mut self, _now: Instant, _channel: Channel, _datagram: &[u8]) -> RxOutcome {
-        unimplemented!("issue 2")
-    }
-
-    /// The NIC finished sending one datagram on `channel`: returns one credit.
-    pub fn handle_send_complete(&mut self, _channel: Channel) {
-        unimplemented!("issue 2")
-    }
-
-    /// Fire due timers: retransmissions, delayed ACKs, peer failure.
-    pub fn handle_timeout(&mut self, _now: Instant) {
-        unimplemented!("issue 2")
-    }
-
-    /// Next datagram to send on `channel`, written into `buf` (at least that channel's MTU).
-    /// Consumes one credit of the channel; `None` when nothing is due or no credit is left.
-    pub fn poll_transmit(&mut self, _now: Instant, _channel: Channel, _buf: &mut [u8]) -> Option<Transmit> {
-        unimplemented!("issue 2")
-    }
-
-    /// When `handle_timeout` should next be called, if anything is pending.
-    pub fn poll_timeout(&self) -> Option<Instant> {
-        unimplemented!("issue 2")
-    }
-
-    pub fn poll_event(&mut self) -> Option<Event> {
-        unimplemented!("issue 2")
-    }
-
-    pub fn stats(&self) -> &Stats {
-        unimplemented!("issue 2")
-    }
 }

@@ -9,10 +9,21 @@
 //! The edges (fabric, Open MPI) drive exactly one `Engine` per BTL module. One `Engine`
 //! serves many peers; per-peer state lives in `PeerId`-indexed slots inside it.
 //!
-//! This file is the contract between the core and the edges: the types and the `Engine`
-//! method signatures below are what the edges rely on.
-
+//! `api` is the contract between the core and the edges; the other modules are its
+//! implementation (public only so tests, benches and fuzzers can reach the parser and the
+//! data structures directly).
 
 mod api;
+mod chunk;
+mod config;
+mod engine;
+mod fragment;
+pub mod hotel;
+mod peer;
+mod rtt;
+pub mod seq;
+pub mod window;
+pub mod wire;
 
 pub use api::*;
+pub use engine::Engine;

@@ -1,0 +1,158 @@
+//! Acknowledgement processing on the sending side and loss detection.
+//!
+//! An ACK carries the cumulative ACK and a selective-ACK bitmap (32 bits in every header, up
+//! to 4064 more in a standalone ACK). A segment is declared lost without waiting for its
+//! timeout when a segment transmitted after it has been delivered and it has itself been out
+//! for at least that segment's round trip plus a reordering allowance (RACK-style: a quarter
+//! of the minimum RTT, widened when a repair turns out to have been spurious). A segment is
+//! thus fast-repaired at most once per round trip.
+
+use super::{finish_op, Engine};
+use crate::proto::api::*;
+use crate::proto::peer::Peer;
+use crate::proto::seq::Seq;
+use crate::proto::window::{SegRec, SegState};
+use crate::proto::wire::AckInfo;
+use std::collections::VecDeque;
+
+impl Engine {
+    pub(super) fn process_ack(&mut self, now: Instant, pid: u32, ack: AckInfo, ext: &[u8]) {
+        self.stats.ack_recvs += 1;
+        let peer = PeerId(pid);
+        let p = self.peers[pid as usize].as_mut().expect("live");
+        let cum_next = Seq(ack.cum).plus(1);
+        let d = cum_next.diff(p.sw.una);
+        if d < 0 || d as u16 > p.sw.in_flight() {
+            // Older than what we know, or acknowledging what was never sent.
+            self.stats.old_acks += 1;
+            return;
+        }
+        let mut progress = d > 0;
+        for _ in 0..d {
+            let s = p.sw.una;
+            let rec = *p.sw.get(s);
+            p.sw.get_mut(s).state = SegState::Free;
+            p.sw.una = s.plus(1);
+            match rec.state {
+                SegState::InFlight => {
+                    p.hotel.checkout(rec.room);
+                    delivered(p, peer, &rec, now, &mut self.events);
+                }
+                SegState::Lost => delivered(p, peer, &rec, now, &mut self.events),
+                SegState::Sacked | SegState::Free => {}
+            }
+        }
+        let base = cum_next.plus(1);
+        let mut sack_new = false;
+        let mut mark = |k: usize, p: &mut Peer, events: &mut VecDeque<Event>| {
+            let s = base.plus(k as u16);
+            if !p.sw.contains(s) {
+                return;
+            }
+            let rec = *p.sw.get(s);
+            match rec.state {
+                SegState::InFlight => {
+                    p.hotel.checkout(rec.room);
+                }
+                SegState::Lost => {}
+                SegState::Sacked | SegState::Free => return,
+            }
+            p.sw.get_mut(s).state = SegState::Sacked;
+            delivered(p, peer, &rec, now, events);
+            sack_new = true;
+        };
+        let mut bits = ack.sack;
+        while bits != 0 {
+            let k = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            mark(k, p, &mut self.events);
+        }
+        for (i, &byte) in ext.iter().enumerate() {
+            let mut b = byte;
+            while b != 0 {
+                let k = b.trailing_zeros() as usize;
+                b &= b - 1;
+                mark(32 + i * 8 + k, p, &mut self.events);
+            }
+        }
+        progress |= sack_new;
+        if progress {
+            p.last_progress = now;
+            p.rtt.backoff = 0;
+        } else if p.sw.in_flight() > 0 {
+            self.stats.dup_acks += 1;
+        }
+        if detect_losses(p, now) {
+            self.ensure_resend(pid);
+        }
+        self.ensure_ready(pid);
+    }
+}
+
+/// A segment reached the peer (first time we learn it): RTT sample (Karn), RACK state, and
+/// the op's accounting.
+fn delivered(p: &mut Peer, peer: PeerId, rec: &SegRec, now: Instant, events: &mut VecDeque<Event>) {
+    let rtt = now.0.saturating_sub(rec.sent_at.0);
+    if !rec.retx {
+        p.rtt.sample(rtt);
+    } else if rec.fast {
+        // Acknowledged sooner after the repair than any round trip takes: the original
+        // arrived after all, it was only reordered. Widen the reordering allowance.
+        if rtt < p.rtt.min_rtt() / 2 {
+            p.reo_mult = (p.reo_mult + 1).min(MAX_REO_MULT);
+            p.good_repairs = 0;
+        } else {
+            p.good_repairs += 1;
+            if p.good_repairs >= 64 && p.reo_mult > 1 {
+                p.reo_mult -= 1;
+                p.good_repairs = 0;
+            }
+        }
+    }
+    if !rec.prio && rec.tx > p.rack_tx && (!rec.retx || rtt >= p.rtt.min_rtt()) {
+        p.rack_tx = rec.tx;
+        p.rack_rtt = rtt;
+    }
+    if let Some(op) = p.ops.get_mut(rec.op) {
+        op.segs_out = op.segs_out.saturating_sub(1);
+        if op.is_complete() {
+            let id = op.id;
+            let op = p.ops.remove(rec.op).expect("present");
+            if matches!(op.kind, crate::proto::fragment::OpKind::Put { .. }) {
+                p.puts.remove(&id);
+            }
+            finish_op(peer, op, Ok(()), events);
+        }
+    }
+}
+
+/// Upper bound of the reordering allowance, in quarters of the minimum RTT.
+const MAX_REO_MULT: u32 = 8;
+
+/// Walks the hotel from its oldest room: segments transmitted before a delivered one and out
+/// for `min_rtt * 5/4` are declared lost. Returns true if any was.
+pub(super) fn detect_losses(p: &mut Peer, now: Instant) -> bool {
+    let min_rtt = p.rtt.min_rtt();
+    let wait = p.rack_rtt.max(min_rtt) + min_rtt / 4 * p.reo_mult as u64;
+    let mut any = false;
+    p.rack_deadline = None;
+    while let Some((room, seq, _)) = p.hotel.peek() {
+        let s = Seq(seq as u16);
+        let rec = p.sw.get(s);
+        if rec.tx >= p.rack_tx {
+            break;
+        }
+        let lost_at = rec.sent_at + Duration(wait);
+        if now < lost_at {
+            p.rack_deadline = Some(lost_at);
+            break;
+        }
+        p.hotel.checkout(room);
+        let r = p.sw.get_mut(s);
+        r.state = SegState::Lost;
+        r.fast = true;
+        p.resend_q.push_back(seq as u16);
+        any = true;
+    }
+    any
+}

@@ -1,0 +1,290 @@
+//! The engine: per-peer state in a slot vector, engine-wide work lists, events and credits.
+//! The methods are split by direction: `submit` (operations in), `rx` (datagrams in),
+//! `tx` (datagrams out), `timer` (time passing, peer failure).
+
+mod ack;
+mod rx;
+mod submit;
+mod timer;
+mod tx;
+
+use std::collections::{HashMap, VecDeque};
+
+use super::api::*;
+use super::fragment::{Op, OpKind};
+use super::peer::Peer;
+
+/// The `Write` the last `handle_datagram` returned, kept so `refuse_write` can act on it.
+#[derive(Debug)]
+enum LastWrite {
+    Put {
+        peer: u32,
+        id: u32,
+    },
+    Get {
+        peer: u32,
+        request: u32,
+        cookie: Cookie,
+        /// The GET's completion, held back until the edge had its chance to refuse.
+        completion: Option<Event>,
+    },
+}
+
+/// The reliability engine of one BTL module.
+#[derive(Debug)]
+pub struct Engine {
+    cfg: Config,
+    peers: Vec<Option<Peer>>,
+    by_src: HashMap<u64, u32>,
+    events: VecDeque<Event>,
+    stats: Stats,
+    /// Credits left, indexed by `Channel as usize`.
+    credits: [u32; 2],
+    /// Peers whose standalone ACK is due.
+    ack_list: VecDeque<u32>,
+    /// Peers with segments to cut, per channel (round robin, one segment per turn).
+    prio_ready: VecDeque<u32>,
+    data_ready: VecDeque<u32>,
+    /// Peers with segments declared lost.
+    resend_list: VecDeque<u32>,
+    /// Retransmissions still allowed in this pass (refilled by `handle_timeout`).
+    resend_budget: usize,
+    last_now: Instant,
+    last_write: Option<LastWrite>,
+}
+
+impl Engine {
+    pub fn new(cfg: Config) -> Result<Engine, ConfigError> {
+        super::config::validate(&cfg)?;
+        Ok(Engine {
+            credits: [cfg.priority_credits, cfg.data_credits],
+            resend_budget: cfg.max_resends_per_pass,
+            cfg,
+            peers: Vec::new(),
+            by_src: HashMap::new(),
+            events: VecDeque::new(),
+            stats: Stats::default(),
+            ack_list: VecDeque::new(),
+            prio_ready: VecDeque::new(),
+            data_ready: VecDeque::new(),
+            resend_list: VecDeque::new(),
+            last_now: Instant(0),
+            last_write: None,
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Largest payload of a single-datagram fragment on the data channel.
+    pub fn max_frag_payload(&self) -> usize {
+        self.cfg.data_mtu - super::wire::BASE_LEN
+    }
+
+    /// Largest payload that goes on the priority channel as a tiny message.
+    pub fn max_tiny_payload(&self) -> usize {
+        self.cfg.priority_mtu - super::wire::BASE_LEN
+    }
+
+    /// Registers a remote module. Its data-channel datagrams are sized
+    /// `min(data_mtu, remote_data_mtu)`, never below `priority_mtu`.
+    pub fn add_peer(&mut self, now: Instant, info: PeerInfo) -> PeerId {
+        self.commit_write();
+        self.touch(now);
+        let mtu = self
+            .cfg
+            .data_mtu
+            .min(info.remote_data_mtu)
+            .max(self.cfg.priority_mtu);
+        let remote_id = info.remote_id;
+        let peer = Peer::new(now, info, mtu, &self.cfg);
+        let idx = match self.peers.iter().position(|p| p.is_none()) {
+            Some(i) => {
+                self.peers[i] = Some(peer);
+                i
+            }
+            None => {
+                self.peers.push(Some(peer));
+                self.peers.len() - 1
+            }
+        } as u32;
+        self.by_src.insert(remote_id, idx);
+        PeerId(idx)
+    }
+
+    /// Forget a peer: anything queued or unacknowledged completes with `PeerUnreachable`.
+    pub fn remove_peer(&mut self, now: Instant, peer: PeerId) {
+        self.commit_write();
+        self.touch(now);
+        if self.peer(peer).is_none() {
+            return;
+        }
+        self.abort_peer(peer.0, false);
+        if let Some(p) = self.peers[peer.0 as usize].take() {
+            if self.by_src.get(&p.info.remote_id) == Some(&peer.0) {
+                self.by_src.remove(&p.info.remote_id);
+            }
+        }
+        for l in [
+            &mut self.ack_list,
+            &mut self.prio_ready,
+            &mut self.data_ready,
+            &mut self.resend_list,
+        ] {
+            l.retain(|&x| x != peer.0);
+        }
+    }
+
+    /// True when nothing is queued or unacknowledged for `peer` (unknown peers are idle).
+    pub fn is_idle(&self, peer: PeerId) -> bool {
+        self.peer(peer).map_or(true, |p| !p.outstanding())
+    }
+
+    /// The NIC finished sending one datagram on `channel`: returns one credit.
+    pub fn handle_send_complete(&mut self, channel: Channel) {
+        let max = match channel {
+            Channel::Priority => self.cfg.priority_credits,
+            Channel::Data => self.cfg.data_credits,
+        };
+        let c = &mut self.credits[channel as usize];
+        *c = (*c + 1).min(max);
+    }
+
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.commit_write();
+        self.events.pop_front()
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Credits currently available on `channel`.
+    pub fn credits(&self, channel: Channel) -> u32 {
+        self.credits[channel as usize]
+    }
+
+    fn peer(&self, peer: PeerId) -> Option<&Peer> {
+        self.peers.get(peer.0 as usize).and_then(|p| p.as_ref())
+    }
+
+    fn touch(&mut self, now: Instant) {
+        if now > self.last_now {
+            self.last_now = now;
+        }
+    }
+
+    /// A pending GET completion held for `refuse_write` is released by any later call.
+    fn commit_write(&mut self) {
+        if let Some(LastWrite::Get {
+            completion: Some(ev),
+            ..
+        }) = self.last_write.take()
+        {
+            self.events.push_back(ev);
+        }
+    }
+
+    /// Puts `pid` on the ready lists it belongs on.
+    fn ensure_ready(&mut self, pid: u32) {
+        let Some(p) = self.peers.get_mut(pid as usize).and_then(|p| p.as_mut()) else {
+            return;
+        };
+        if p.failed || !p.sw.is_open() {
+            return;
+        }
+        if !p.prio_q.is_empty() && !p.in_prio_ready {
+            p.in_prio_ready = true;
+            self.prio_ready.push_back(pid);
+        }
+        if !p.data_q.is_empty() && !p.in_data_ready {
+            p.in_data_ready = true;
+            self.data_ready.push_back(pid);
+        }
+    }
+
+    fn ensure_resend(&mut self, pid: u32) {
+        if let Some(p) = self.peers.get_mut(pid as usize).and_then(|p| p.as_mut()) {
+            if !p.resend_q.is_empty() && !p.in_resend_list {
+                p.in_resend_list = true;
+                self.resend_list.push_back(pid);
+            }
+        }
+    }
+
+    fn ack_now(&mut self, pid: u32) {
+        if let Some(p) = self.peers.get_mut(pid as usize).and_then(|p| p.as_mut()) {
+            p.ack_owed = true;
+            p.ack_due = true;
+            if !p.in_ack_list {
+                p.in_ack_list = true;
+                self.ack_list.push_back(pid);
+            }
+        }
+    }
+
+    /// Completes everything of a peer with `PeerUnreachable`; `report` also marks it failed
+    /// and emits `PeerFailed` (once).
+    fn abort_peer(&mut self, pid: u32, report: bool) {
+        let Some(p) = self.peers.get_mut(pid as usize).and_then(|p| p.as_mut()) else {
+            return;
+        };
+        let peer = PeerId(pid);
+        if report {
+            if p.failed {
+                return;
+            }
+            p.failed = true;
+            self.stats.peers_failed += 1;
+            self.events.push_back(Event::PeerFailed {
+                peer,
+                remote_id: p.info.remote_id,
+            });
+        }
+        for op in p.ops.drain_all() {
+            finish_op(peer, op, Err(Failure::PeerUnreachable), &mut self.events);
+        }
+        let mut gets: Vec<_> = p.gets.drain().collect();
+        gets.sort_by_key(|g| g.0);
+        for (_, g) in gets {
+            self.events.push_back(Event::GetComplete {
+                peer,
+                cookie: g.cookie,
+                result: Err(Failure::PeerUnreachable),
+            });
+        }
+        p.puts.clear();
+        p.prio_q.clear();
+        p.data_q.clear();
+        p.resend_q.clear();
+        p.hotel.clear();
+        p.sw.reset();
+        p.rack_deadline = None;
+        p.ack_owed = false;
+        p.ack_due = false;
+        p.reasm.clear();
+        p.get_requests.clear();
+        if matches!(&self.last_write, Some(LastWrite::Put { peer, .. } | LastWrite::Get { peer, .. }) if *peer == pid)
+        {
+            self.last_write = None;
+        }
+    }
+}
+
+/// Reports an op's completion (if its kind reports one).
+fn finish_op(peer: PeerId, op: Op, result: Result<(), Failure>, events: &mut VecDeque<Event>) {
+    match op.kind {
+        OpKind::Send { .. } => events.push_back(Event::SendComplete {
+            peer,
+            cookie: op.cookie,
+            result,
+        }),
+        OpKind::Put { .. } if !op.reported => events.push_back(Event::PutComplete {
+            peer,
+            cookie: op.cookie,
+            result,
+        }),
+        _ => {}
+    }
+}

@@ -1,0 +1,210 @@
+//! Datagrams entering the engine.
+
+use super::{Engine, LastWrite};
+use crate::proto::api::*;
+use crate::proto::window::Accept;
+use crate::proto::wire::{self, Kind};
+
+impl Engine {
+    /// One received datagram on `channel` (sequenced segments are accepted on either channel).
+    /// Never panics, whatever the bytes.
+    pub fn handle_datagram(
+        &mut self,
+        now: Instant,
+        _channel: Channel,
+        datagram: &[u8],
+    ) -> RxOutcome {
+        self.commit_write();
+        self.touch(now);
+        self.stats.recvs += 1;
+        let (h, payload) = match wire::parse(datagram) {
+            Ok(x) => x,
+            Err(_) => {
+                self.stats.malformed_recvs += 1;
+                return RxOutcome::Dropped(DropReason::Malformed);
+            }
+        };
+        if h.key != self.cfg.local_key {
+            self.stats.wrong_key_recvs += 1;
+            return RxOutcome::Dropped(DropReason::WrongKey);
+        }
+        let Some(&pid) = self.by_src.get(&h.src) else {
+            self.stats.unknown_sender_recvs += 1;
+            return RxOutcome::Dropped(DropReason::UnknownSender);
+        };
+        let peer = PeerId(pid);
+        let p = self.peers[pid as usize]
+            .as_mut()
+            .expect("by_src maps live peers");
+        if p.failed {
+            return RxOutcome::Dropped(DropReason::PeerFailed);
+        }
+        self.stats.bytes_received += datagram.len() as u64;
+
+        if let Some(ack) = h.ack {
+            let ext = if h.kind == Kind::Ack {
+                &datagram[payload.clone()]
+            } else {
+                &[][..]
+            };
+            self.process_ack(now, pid, ack, ext);
+        }
+        if h.kind == Kind::Ack {
+            return RxOutcome::Consumed;
+        }
+
+        // Reject what contradicts local state before the sequence number is marked received.
+        let p = self.peers[pid as usize].as_mut().expect("live");
+        let consistent = match h.kind {
+            Kind::Chunk => p.reasm.consistent(h.id, h.tag, h.total),
+            Kind::GetReply => p.gets.get(&h.id).map_or(true, |g| g.len == h.total as u64),
+            _ => true,
+        };
+        if !consistent {
+            self.stats.bad_chunk_recvs += 1;
+            return RxOutcome::Dropped(DropReason::BadChunk);
+        }
+        match p.rw.accept(h.seq) {
+            Accept::Duplicate => {
+                self.stats.dup_recvs += 1;
+                self.ack_now(pid);
+                return RxOutcome::Dropped(DropReason::Duplicate);
+            }
+            Accept::Low => {
+                self.stats.oow_low_recvs += 1;
+                self.ack_now(pid);
+                return RxOutcome::Dropped(DropReason::OutOfWindow);
+            }
+            Accept::High => {
+                self.stats.oow_high_recvs += 1;
+                self.ack_now(pid);
+                return RxOutcome::Dropped(DropReason::OutOfWindow);
+            }
+            Accept::New {
+                new_hole,
+                fills_gap,
+            } => {
+                if !p.ack_owed {
+                    p.ack_owed = true;
+                    p.ack_deadline = now + self.cfg.ack_delay;
+                }
+                if new_hole || fills_gap {
+                    // A gap just opened or closed: tell the sender at once, so it repairs
+                    // quickly and does not take a reordered segment for a lost one.
+                    self.ack_now(pid);
+                }
+            }
+        }
+
+        let p = self.peers[pid as usize].as_mut().expect("live");
+        let plen = payload.len();
+        match h.kind {
+            Kind::Ack => RxOutcome::Consumed,
+            Kind::Frag => RxOutcome::Deliver {
+                peer,
+                tag: h.tag,
+                payload,
+            },
+            Kind::Chunk => {
+                if let Some((tag, data)) =
+                    p.reasm
+                        .add(h.id, h.tag, h.total, h.offset, &datagram[payload])
+                {
+                    self.events.push_back(Event::Deliver { peer, tag, data });
+                    self.ack_now(pid);
+                }
+                RxOutcome::Consumed
+            }
+            Kind::Put => {
+                if plen == 0 {
+                    return RxOutcome::Consumed;
+                }
+                self.last_write = Some(LastWrite::Put {
+                    peer: pid,
+                    id: h.id,
+                });
+                RxOutcome::Write {
+                    peer,
+                    region: h.region,
+                    offset: h.region_offset + h.offset as u64,
+                    payload,
+                }
+            }
+            Kind::GetReq => {
+                p.get_requests.insert(h.id, h.total as u64);
+                self.events.push_back(Event::GetRequest {
+                    peer,
+                    request: h.id,
+                    region: h.region,
+                    offset: h.region_offset,
+                    len: h.total as u64,
+                });
+                RxOutcome::Consumed
+            }
+            Kind::GetReply => {
+                let Some(g) = p.gets.get_mut(&h.id) else {
+                    // A GET already refused locally: its remaining bytes are dropped.
+                    return RxOutcome::Consumed;
+                };
+                g.got += plen as u64;
+                let region = g.local_region;
+                let offset = g.local_offset + h.offset as u64;
+                let cookie = g.cookie;
+                let done = g.got >= g.len;
+                let completion = if done {
+                    p.gets.remove(&h.id);
+                    Some(Event::GetComplete {
+                        peer,
+                        cookie,
+                        result: Ok(()),
+                    })
+                } else {
+                    None
+                };
+                if plen == 0 {
+                    if let Some(ev) = completion {
+                        self.events.push_back(ev);
+                    }
+                    return RxOutcome::Consumed;
+                }
+                self.last_write = Some(LastWrite::Get {
+                    peer: pid,
+                    request: h.id,
+                    cookie,
+                    completion,
+                });
+                RxOutcome::Write {
+                    peer,
+                    region,
+                    offset,
+                    payload,
+                }
+            }
+            Kind::PutRefuse => {
+                if let Some(idx) = p.puts.remove(&h.id) {
+                    if let Some(op) = p.ops.get_mut(idx) {
+                        if !op.reported {
+                            op.reported = true;
+                            self.events.push_back(Event::PutComplete {
+                                peer,
+                                cookie: op.cookie,
+                                result: Err(Failure::RemoteRefused),
+                            });
+                        }
+                    }
+                }
+                RxOutcome::Consumed
+            }
+            Kind::GetRefuse => {
+                if let Some(g) = p.gets.remove(&h.id) {
+                    self.events.push_back(Event::GetComplete {
+                        peer,
+                        cookie: g.cookie,
+                        result: Err(Failure::RemoteRefused),
+                    });
+                }
+                RxOutcome::Consumed
+            }
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! Time passing: retransmit timeouts, fast-repair timers, delayed ACKs, peer failure.
+
+use super::ack::detect_losses;
+use super::Engine;
+use crate::proto::api::*;
+use crate::proto::window::SegState;
+
+impl Engine {
+    /// Fire due timers: retransmissions, delayed ACKs, peer failure. Also starts a new
+    /// progress pass: the retransmission budget is refilled to `max_resends_per_pass`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.commit_write();
+        self.touch(now);
+        self.resend_budget = self.cfg.max_resends_per_pass;
+        for pid in 0..self.peers.len() as u32 {
+            let Some(p) = self.peers[pid as usize].as_mut() else {
+                continue;
+            };
+            if p.failed {
+                continue;
+            }
+            let mut expired = false;
+            while let Some(seq) = p.hotel.pop_expired(now) {
+                let s = crate::proto::seq::Seq(seq as u16);
+                let r = p.sw.get_mut(s);
+                r.state = SegState::Lost;
+                r.fast = false;
+                p.resend_q.push_back(s.0);
+                expired = true;
+            }
+            if expired {
+                p.rtt.backoff();
+            }
+            let mut lost = expired;
+            if p.rack_deadline.is_some_and(|d| d <= now) {
+                lost |= detect_losses(p, now);
+            }
+            let ack_due = p.ack_owed && !p.ack_due && p.ack_deadline <= now;
+            let dead = p.outstanding() && now >= p.last_progress + self.cfg.peer_timeout;
+            if lost {
+                self.ensure_resend(pid);
+            }
+            if ack_due {
+                self.ack_now(pid);
+            }
+            if dead {
+                self.abort_peer(pid, true);
+            }
+        }
+    }
+
+    /// When `handle_timeout` should next be called, if anything is pending (may be in the
+    /// past: call it now).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        let mut t: Option<Instant> = None;
+        let mut at = |x: Instant| t = Some(t.map_or(x, |t| t.min(x)));
+        if self.resend_budget == 0 && !self.resend_list.is_empty() {
+            at(self.last_now);
+        }
+        for p in self.peers.iter().flatten() {
+            if p.failed {
+                continue;
+            }
+            if let Some(d) = p.hotel.next_deadline() {
+                at(d);
+            }
+            if let Some(d) = p.rack_deadline {
+                at(d);
+            }
+            if p.ack_owed && !p.ack_due {
+                at(p.ack_deadline);
+            }
+            if p.outstanding() {
+                at(p.last_progress + self.cfg.peer_timeout);
+            }
+        }
+        t
+    }
+}

@@ -1,0 +1,291 @@
+//! Datagrams leaving the engine: standalone ACKs and tiny fragments on the priority channel;
+//! retransmissions (first, within the per-pass budget) and everything else on the data channel.
+
+use super::Engine;
+use crate::proto::api::*;
+use crate::proto::fragment::OpKind;
+use crate::proto::hotel::RoomId;
+use crate::proto::peer::Peer;
+use crate::proto::seq::Seq;
+use crate::proto::window::{SegRec, SegState};
+use crate::proto::wire::{AckInfo, Header, Kind, BASE_LEN, MAX_ACK_MAP};
+
+impl Engine {
+    /// Next datagram to send on `channel`, written into `buf` (at least that channel's MTU,
+    /// else `None`). Consumes one credit of the channel; `None` when nothing is due or no
+    /// credit is left (then counted in `credits_exhausted` if something was waiting).
+    pub fn poll_transmit(
+        &mut self,
+        now: Instant,
+        channel: Channel,
+        buf: &mut [u8],
+    ) -> Option<Transmit> {
+        self.commit_write();
+        self.touch(now);
+        let need = match channel {
+            Channel::Priority => self.cfg.priority_mtu,
+            Channel::Data => self.cfg.data_mtu,
+        };
+        if buf.len() < need {
+            return None;
+        }
+        if self.credits[channel as usize] == 0 {
+            if self.has_work(channel) {
+                self.stats.credits_exhausted += 1;
+            }
+            return None;
+        }
+        let t = match channel {
+            Channel::Priority => match self.tx_ack(buf) {
+                Some(t) => Some(t),
+                None => self.tx_new(now, Channel::Priority, buf),
+            },
+            Channel::Data => match self.tx_resend(now, buf) {
+                Some(t) => Some(t),
+                None => self.tx_new(now, Channel::Data, buf),
+            },
+        }?;
+        self.credits[channel as usize] -= 1;
+        self.stats.sends += 1;
+        self.stats.bytes_sent += t.len as u64;
+        Some(t)
+    }
+
+    fn has_work(&self, channel: Channel) -> bool {
+        match channel {
+            Channel::Priority => !self.ack_list.is_empty() || !self.prio_ready.is_empty(),
+            Channel::Data => {
+                (!self.resend_list.is_empty() && self.resend_budget > 0)
+                    || !self.data_ready.is_empty()
+            }
+        }
+    }
+
+    fn tx_ack(&mut self, buf: &mut [u8]) -> Option<Transmit> {
+        while let Some(pid) = self.ack_list.pop_front() {
+            let Some(p) = self.peers.get_mut(pid as usize).and_then(|p| p.as_mut()) else {
+                continue;
+            };
+            p.in_ack_list = false;
+            if p.failed || !p.ack_due {
+                continue;
+            }
+            let mut h = Header::new(Kind::Ack);
+            h.src = self.cfg.local_id;
+            h.key = p.info.remote_key;
+            h.ack = Some(ack_info(p));
+            // The rest of the SACK bitmap, up to the highest arrival, as payload.
+            let extra_bits = p.rw.sack_span().saturating_sub(32);
+            let room = (self.cfg.priority_mtu - BASE_LEN).min(MAX_ACK_MAP);
+            let nbytes = extra_bits.div_ceil(8).min(room);
+            h.payload_len = nbytes as u16;
+            let n = h.emit(buf);
+            let mut i = 0;
+            while i < nbytes {
+                let w = p.rw.sack_word(32 + i * 8).to_le_bytes();
+                let k = (nbytes - i).min(8);
+                buf[n + i..n + i + k].copy_from_slice(&w[..k]);
+                i += k;
+            }
+            p.ack_owed = false;
+            p.ack_due = false;
+            self.stats.acks_alone += 1;
+            return Some(Transmit {
+                peer: PeerId(pid),
+                len: n + nbytes,
+            });
+        }
+        None
+    }
+
+    fn tx_new(&mut self, now: Instant, channel: Channel, buf: &mut [u8]) -> Option<Transmit> {
+        let prio = channel == Channel::Priority;
+        loop {
+            let list = if prio {
+                &mut self.prio_ready
+            } else {
+                &mut self.data_ready
+            };
+            let pid = list.pop_front()?;
+            let Some(p) = self.peers.get_mut(pid as usize).and_then(|p| p.as_mut()) else {
+                continue;
+            };
+            if prio {
+                p.in_prio_ready = false;
+            } else {
+                p.in_data_ready = false;
+            }
+            if p.failed || !p.sw.is_open() {
+                continue;
+            }
+            let q = if prio { &mut p.prio_q } else { &mut p.data_q };
+            let Some(&idx) = q.front() else {
+                continue;
+            };
+            let mtu = if prio { self.cfg.priority_mtu } else { p.mtu };
+            let Some(op) = p.ops.get_mut(idx) else {
+                q.pop_front();
+                self.ensure_ready(pid);
+                continue;
+            };
+            let (off, len) = op.next_segment(mtu);
+            let kind = op.wire_kind();
+            if op.advance(len) {
+                q.pop_front();
+            }
+            let rto = p.rtt.rto();
+            let seq = p.sw.next;
+            p.tx_count += 1;
+            let room = p
+                .hotel
+                .checkin(seq.0 as u32, now + Duration(rto))
+                .unwrap_or(RoomId {
+                    idx: u32::MAX,
+                    gen: 0,
+                });
+            let rec = SegRec {
+                state: SegState::InFlight,
+                op: idx,
+                off,
+                len,
+                sent_at: now,
+                tx: p.tx_count,
+                retx: false,
+                fast: false,
+                prio,
+                room,
+            };
+            p.sw.push(rec);
+            let n = emit_segment(p, self.cfg.local_id, seq, &rec, buf, &mut self.stats);
+            if kind == Kind::Frag {
+                self.stats.frag_sends += 1;
+            } else {
+                self.stats.chunk_sends += 1;
+            }
+            self.ensure_ready(pid);
+            return Some(Transmit {
+                peer: PeerId(pid),
+                len: n,
+            });
+        }
+    }
+
+    fn tx_resend(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+        if self.resend_budget == 0 {
+            return None;
+        }
+        while let Some(pid) = self.resend_list.pop_front() {
+            let Some(p) = self.peers.get_mut(pid as usize).and_then(|p| p.as_mut()) else {
+                continue;
+            };
+            p.in_resend_list = false;
+            if p.failed {
+                continue;
+            }
+            while let Some(seq) = p.resend_q.pop_front() {
+                let s = Seq(seq);
+                if !p.sw.contains(s) || p.sw.get(s).state != SegState::Lost {
+                    continue;
+                }
+                let rto = p.rtt.rto();
+                p.tx_count += 1;
+                let tx = p.tx_count;
+                let room = p
+                    .hotel
+                    .checkin(seq as u32, now + Duration(rto))
+                    .unwrap_or(RoomId {
+                        idx: u32::MAX,
+                        gen: 0,
+                    });
+                let r = p.sw.get_mut(s);
+                r.state = SegState::InFlight;
+                r.sent_at = now;
+                r.tx = tx;
+                r.retx = true;
+                r.prio = false;
+                r.room = room;
+                let rec = *r;
+                let n = emit_segment(p, self.cfg.local_id, s, &rec, buf, &mut self.stats);
+                if rec.fast {
+                    self.stats.resends_fast += 1;
+                } else {
+                    self.stats.resends_timeout += 1;
+                }
+                self.resend_budget -= 1;
+                self.ensure_resend(pid);
+                return Some(Transmit {
+                    peer: PeerId(pid),
+                    len: n,
+                });
+            }
+        }
+        None
+    }
+}
+
+fn ack_info(p: &Peer) -> AckInfo {
+    AckInfo {
+        cum: p.rw.cum(),
+        sack: p.rw.sack_word(0) as u32,
+    }
+}
+
+/// Writes segment `seq` (a first transmission or a resend) into `buf`, with the current
+/// acknowledgement piggy-backed (which cancels an owed standalone ACK).
+fn emit_segment(
+    p: &mut Peer,
+    local_id: u64,
+    seq: Seq,
+    rec: &SegRec,
+    buf: &mut [u8],
+    stats: &mut Stats,
+) -> usize {
+    let op = p
+        .ops
+        .get(rec.op)
+        .expect("segment's op lives until acknowledged");
+    let mut h = Header::new(op.wire_kind());
+    h.seq = seq.0;
+    h.src = local_id;
+    h.key = p.info.remote_key;
+    h.payload_len = rec.len as u16;
+    h.ack = Some(ack_info(p));
+    match op.kind {
+        OpKind::Send { tag, chunked } => {
+            h.tag = tag;
+            if chunked {
+                h.id = op.id;
+                h.total = op.total;
+                h.offset = rec.off;
+            }
+        }
+        OpKind::Put { region, offset } => {
+            h.id = op.id;
+            h.total = op.total;
+            h.offset = rec.off;
+            h.region = region;
+            h.region_offset = offset;
+        }
+        OpKind::GetReq { region, offset } => {
+            h.id = op.id;
+            h.total = op.total;
+            h.region = region;
+            h.region_offset = offset;
+        }
+        OpKind::GetReply => {
+            h.id = op.id;
+            h.total = op.total;
+            h.offset = rec.off;
+        }
+        OpKind::PutRefuse | OpKind::GetRefuse => h.id = op.id,
+    }
+    let n = h.emit(buf);
+    let (o, l) = (rec.off as usize, rec.len as usize);
+    buf[n..n + l].copy_from_slice(&op.data[o..o + l]);
+    if p.ack_owed {
+        p.ack_owed = false;
+        p.ack_due = false;
+        stats.acks_piggybacked += 1;
+    }
+    n + l
+}

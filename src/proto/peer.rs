@@ -1,0 +1,131 @@
+//! Everything the engine keeps about one remote module.
+
+use std::collections::{HashMap, VecDeque};
+
+use super::api::{Cookie, Instant, PeerInfo};
+use super::chunk::Reassembler;
+use super::fragment::OpSlab;
+use super::hotel::Hotel;
+use super::rtt::Rtt;
+use super::window::{RecvWindow, SendWindow};
+
+/// A GET issued by this side, waiting for its reply.
+#[derive(Clone, Debug)]
+pub struct PendingGet {
+    pub local_region: u64,
+    pub local_offset: u64,
+    pub len: u64,
+    pub got: u64,
+    pub cookie: Cookie,
+}
+
+#[derive(Debug)]
+pub struct Peer {
+    pub info: PeerInfo,
+    pub failed: bool,
+    /// Effective data-channel datagram size towards this peer.
+    pub mtu: usize,
+
+    // --- send direction
+    pub sw: SendWindow,
+    pub hotel: Hotel,
+    pub rtt: Rtt,
+    pub ops: OpSlab,
+    /// Ops with segments still to cut, per channel.
+    pub prio_q: VecDeque<u32>,
+    pub data_q: VecDeque<u32>,
+    /// Segments declared lost, oldest first.
+    pub resend_q: VecDeque<u16>,
+    pub tx_count: u64,
+    /// Latest transmission counter known delivered (RACK-style loss detection).
+    pub rack_tx: u64,
+    /// Round trip of the segment that set `rack_tx` (includes its queueing in the NIC).
+    pub rack_rtt: u64,
+    pub rack_deadline: Option<Instant>,
+    /// Reordering allowance in quarters of the minimum RTT (adaptive, >= 1).
+    pub reo_mult: u32,
+    /// Fast repairs since the allowance last changed that were not spurious.
+    pub good_repairs: u32,
+    /// Last acknowledgement progress (or the start of outstanding work).
+    pub last_progress: Instant,
+    pub next_msg_id: u32,
+    pub next_request: u32,
+    /// Put ids in flight -> op index (for refusals).
+    pub puts: HashMap<u32, u32>,
+    pub gets: HashMap<u32, PendingGet>,
+
+    // --- receive direction
+    pub rw: RecvWindow,
+    /// An acknowledgement is owed (something arrived since the last ACK went out).
+    pub ack_owed: bool,
+    pub ack_deadline: Instant,
+    /// The owed ACK must go out now (on the engine's ACK list).
+    pub ack_due: bool,
+    pub reasm: Reassembler,
+    /// GET requests received, waiting for `answer_get`: request -> length.
+    pub get_requests: HashMap<u32, u64>,
+    pub last_refused_put: Option<u32>,
+
+    // --- membership of the engine's work lists
+    pub in_prio_ready: bool,
+    pub in_data_ready: bool,
+    pub in_resend_list: bool,
+    pub in_ack_list: bool,
+}
+
+impl Peer {
+    pub fn new(now: Instant, info: PeerInfo, mtu: usize, cfg: &super::api::Config) -> Peer {
+        let cap = (cfg.window as usize).next_power_of_two();
+        Peer {
+            rw: RecvWindow::new(info.remote_isn),
+            info,
+            failed: false,
+            mtu,
+            sw: SendWindow::new(cfg.isn, cfg.window),
+            hotel: Hotel::new(cap),
+            rtt: Rtt::new(cfg.rto_initial, cfg.rto_min, cfg.rto_max),
+            ops: OpSlab::default(),
+            prio_q: VecDeque::new(),
+            data_q: VecDeque::new(),
+            resend_q: VecDeque::with_capacity(cap),
+            tx_count: 0,
+            rack_tx: 0,
+            rack_rtt: 0,
+            rack_deadline: None,
+            reo_mult: 1,
+            good_repairs: 0,
+            last_progress: now,
+            next_msg_id: 1,
+            next_request: 1,
+            puts: HashMap::new(),
+            gets: HashMap::new(),
+            ack_owed: false,
+            ack_deadline: Instant(0),
+            ack_due: false,
+            reasm: Reassembler::default(),
+            get_requests: HashMap::new(),
+            last_refused_put: None,
+            in_prio_ready: false,
+            in_data_ready: false,
+            in_resend_list: false,
+            in_ack_list: false,
+        }
+    }
+
+    pub fn alloc_msg_id(&mut self) -> u32 {
+        let id = self.next_msg_id;
+        self.next_msg_id = self.next_msg_id.wrapping_add(1).max(1);
+        id
+    }
+
+    pub fn alloc_request(&mut self) -> u32 {
+        let id = self.next_request;
+        self.next_request = self.next_request.wrapping_add(1).max(1);
+        id
+    }
+
+    /// Work is outstanding: something queued or unacknowledged.
+    pub fn outstanding(&self) -> bool {
+        self.ops.live() > 0
+    }
+}

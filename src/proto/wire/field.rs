@@ -1,0 +1,49 @@
+//! Byte offsets of every header field and little-endian accessors.
+
+pub const OFF_VERSION: usize = 0;
+pub const OFF_KIND: usize = 1;
+pub const OFF_FLAGS: usize = 2;
+pub const OFF_TAG: usize = 3;
+pub const OFF_SEQ: usize = 4;
+pub const OFF_ACK: usize = 6;
+pub const OFF_SRC: usize = 8;
+pub const OFF_KEY: usize = 16;
+pub const OFF_PAYLOAD_LEN: usize = 24;
+pub const OFF_RESERVED0: usize = 26;
+pub const OFF_SACK: usize = 28;
+pub const OFF_ID: usize = 32;
+pub const OFF_TOTAL: usize = 36;
+pub const OFF_OFFSET: usize = 40;
+pub const OFF_RESERVED1: usize = 44;
+pub const OFF_REGION: usize = 48;
+pub const OFF_REGION_OFFSET: usize = 56;
+
+/// Flags bit 0: the `ack`/`sack` fields carry acknowledgement information.
+pub const FLAG_ACK: u8 = 1;
+
+#[inline]
+pub fn get16(b: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes([b[o], b[o + 1]])
+}
+#[inline]
+pub fn get32(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+}
+#[inline]
+pub fn get64(b: &[u8], o: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[o..o + 8]);
+    u64::from_le_bytes(a)
+}
+#[inline]
+pub fn put16(b: &mut [u8], o: usize, v: u16) {
+    b[o..o + 2].copy_from_slice(&v.to_le_bytes());
+}
+#[inline]
+pub fn put32(b: &mut [u8], o: usize, v: u32) {
+    b[o..o + 4].copy_from_slice(&v.to_le_bytes());
+}
+#[inline]
+pub fn put64(b: &mut [u8], o: usize, v: u64) {
+    b[o..o + 8].copy_from_slice(&v.to_le_bytes());
+}

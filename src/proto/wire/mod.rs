@@ -1,0 +1,269 @@
+//! The versioned little-endian wire format (documented byte by byte in `docs/wire.md`).
+//!
+//! Every datagram starts with a 32-byte base header; sequenced kinds other than `Frag` add a
+//! 16-byte message extension (id, total, offset) and the two region kinds a further 16 bytes
+//! (region, region offset). `parse` validates every field against the datagram's length and
+//! the kind's rules and never panics; `Header::emit` is its exact inverse.
+
+mod field;
+
+pub use field::*;
+
+/// Wire format version written in byte 0 of every datagram.
+pub const VERSION: u8 = 1;
+/// Base header length (every datagram).
+pub const BASE_LEN: usize = 32;
+/// Base header + message extension (Chunk, GetReply, PutRefuse, GetRefuse).
+pub const MSG_LEN: usize = 48;
+/// Base header + message extension + region extension (Put, GetReq).
+pub const REGION_LEN: usize = 64;
+/// Largest chunked fragment a receiver reassembles (bounce memory allocated per fragment).
+pub const MAX_REASSEMBLY: u32 = 1 << 26;
+/// Extra SACK bitmap bytes an ACK may carry after its header (4096-bit window minus the 32
+/// bits in the header, rounded down to bytes).
+pub const MAX_ACK_MAP: usize = 508;
+
+/// Packet type codes (byte 1).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Kind {
+    /// Standalone acknowledgement; not sequenced.
+    Ack = 1,
+    /// A whole PML fragment in one datagram.
+    Frag = 2,
+    /// One piece of a PML fragment larger than one datagram.
+    Chunk = 3,
+    /// Emulated RDMA write data.
+    Put = 4,
+    /// Emulated RDMA read request.
+    GetReq = 5,
+    /// Emulated RDMA read reply data.
+    GetReply = 6,
+    /// The target refused (part of) a PUT.
+    PutRefuse = 7,
+    /// The target refused a GET.
+    GetRefuse = 8,
+}
+
+impl Kind {
+    pub fn from_u8(v: u8) -> Option<Kind> {
+        Some(match v {
+            1 => Kind::Ack,
+            2 => Kind::Frag,
+            3 => Kind::Chunk,
+            4 => Kind::Put,
+            5 => Kind::GetReq,
+            6 => Kind::GetReply,
+            7 => Kind::PutRefuse,
+            8 => Kind::GetRefuse,
+            _ => return None,
+        })
+    }
+
+    /// Header length of this kind.
+    pub fn header_len(self) -> usize {
+        match self {
+            Kind::Ack | Kind::Frag => BASE_LEN,
+            Kind::Chunk | Kind::GetReply | Kind::PutRefuse | Kind::GetRefuse => MSG_LEN,
+            Kind::Put | Kind::GetReq => REGION_LEN,
+        }
+    }
+}
+
+/// Acknowledgement information: cumulative ACK plus the first 32 selective-ACK bits.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct AckInfo {
+    /// Every segment up to and including `cum` has been received.
+    pub cum: u16,
+    /// Bit i set: segment `cum + 2 + i` has been received (`cum + 1` is missing by definition).
+    pub sack: u32,
+}
+
+/// A parsed (or to-be-emitted) header.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub kind: Kind,
+    /// PML tag (Frag and Chunk only; zero otherwise).
+    pub tag: u8,
+    /// Sequence number (zero for Ack).
+    pub seq: u16,
+    pub ack: Option<AckInfo>,
+    /// Sender's module identity.
+    pub src: u64,
+    /// Receiver's job key.
+    pub key: u64,
+    pub payload_len: u16,
+    /// Message id (chunked fragment id, put id, get request id); zero for Ack and Frag.
+    pub id: u32,
+    /// Total bytes of the message (Chunk, Put, GetReply), or the requested length (GetReq).
+    pub total: u32,
+    /// Offset of this segment's payload inside the message.
+    pub offset: u32,
+    /// Target region (Put: at the receiver; GetReq: at the receiver, to be read).
+    pub region: u64,
+    /// Base offset inside `region` (the message's byte 0 lands there).
+    pub region_offset: u64,
+}
+
+/// Why a datagram failed to parse.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ParseError {
+    Short,
+    Version,
+    Kind,
+    Flags,
+    Reserved,
+    Length,
+    Field,
+}
+
+impl Header {
+    /// A header of `kind` with every other field zero.
+    pub fn new(kind: Kind) -> Header {
+        Header {
+            kind,
+            tag: 0,
+            seq: 0,
+            ack: None,
+            src: 0,
+            key: 0,
+            payload_len: 0,
+            id: 0,
+            total: 0,
+            offset: 0,
+            region: 0,
+            region_offset: 0,
+        }
+    }
+
+    /// Header length in bytes (depends on the kind only).
+    pub fn header_len(&self) -> usize {
+        self.kind.header_len()
+    }
+
+    /// Writes the header into `buf[..self.header_len()]`; returns the header length.
+    /// `buf` must be at least `self.header_len()` bytes (checked by the caller).
+    pub fn emit(&self, buf: &mut [u8]) -> usize {
+        let n = self.header_len();
+        let b = &mut buf[..n];
+        b[OFF_VERSION] = VERSION;
+        b[OFF_KIND] = self.kind as u8;
+        b[OFF_FLAGS] = if self.ack.is_some() { FLAG_ACK } else { 0 };
+        b[OFF_TAG] = self.tag;
+        put16(b, OFF_SEQ, self.seq);
+        let ack = self.ack.unwrap_or_default();
+        put16(b, OFF_ACK, ack.cum);
+        put64(b, OFF_SRC, self.src);
+        put64(b, OFF_KEY, self.key);
+        put16(b, OFF_PAYLOAD_LEN, self.payload_len);
+        put16(b, OFF_RESERVED0, 0);
+        put32(b, OFF_SACK, ack.sack);
+        if n >= MSG_LEN {
+            put32(b, OFF_ID, self.id);
+            put32(b, OFF_TOTAL, self.total);
+            put32(b, OFF_OFFSET, self.offset);
+            put32(b, OFF_RESERVED1, 0);
+        }
+        if n >= REGION_LEN {
+            put64(b, OFF_REGION, self.region);
+            put64(b, OFF_REGION_OFFSET, self.region_offset);
+        }
+        n
+    }
+}
+
+/// Parses and validates one datagram. On success returns the header and the payload's byte
+/// range inside `dg`. Trailing bytes after the payload (link padding) are ignored.
+pub fn parse(dg: &[u8]) -> Result<(Header, core::ops::Range<usize>), ParseError> {
+    if dg.len() < BASE_LEN {
+        return Err(ParseError::Short);
+    }
+    if dg[OFF_VERSION] != VERSION {
+        return Err(ParseError::Version);
+    }
+    let kind = Kind::from_u8(dg[OFF_KIND]).ok_or(ParseError::Kind)?;
+    let flags = dg[OFF_FLAGS];
+    if flags & !FLAG_ACK != 0 {
+        return Err(ParseError::Flags);
+    }
+    let hl = kind.header_len();
+    if dg.len() < hl {
+        return Err(ParseError::Short);
+    }
+    let mut h = Header::new(kind);
+    h.tag = dg[OFF_TAG];
+    h.seq = get16(dg, OFF_SEQ);
+    let cum = get16(dg, OFF_ACK);
+    let sack = get32(dg, OFF_SACK);
+    h.ack = if flags & FLAG_ACK != 0 {
+        Some(AckInfo { cum, sack })
+    } else {
+        if cum != 0 || sack != 0 {
+            return Err(ParseError::Reserved);
+        }
+        None
+    };
+    h.src = get64(dg, OFF_SRC);
+    h.key = get64(dg, OFF_KEY);
+    h.payload_len = get16(dg, OFF_PAYLOAD_LEN);
+    if get16(dg, OFF_RESERVED0) != 0 {
+        return Err(ParseError::Reserved);
+    }
+    if hl >= MSG_LEN {
+        h.id = get32(dg, OFF_ID);
+        h.total = get32(dg, OFF_TOTAL);
+        h.offset = get32(dg, OFF_OFFSET);
+        if get32(dg, OFF_RESERVED1) != 0 {
+            return Err(ParseError::Reserved);
+        }
+    }
+    if hl >= REGION_LEN {
+        h.region = get64(dg, OFF_REGION);
+        h.region_offset = get64(dg, OFF_REGION_OFFSET);
+    }
+    let plen = h.payload_len as usize;
+    let end = hl + plen;
+    if dg.len() < end {
+        return Err(ParseError::Length);
+    }
+    validate(&h)?;
+    Ok((h, hl..end))
+}
+
+/// Per-kind field rules (everything `parse` checks beyond lengths and reserved bytes).
+fn validate(h: &Header) -> Result<(), ParseError> {
+    let plen = h.payload_len as u64;
+    let in_bounds = |h: &Header| (h.offset as u64) + plen <= h.total as u64;
+    let ok = match h.kind {
+        Kind::Ack => {
+            h.ack.is_some() && h.seq == 0 && h.tag == 0 && h.payload_len as usize <= MAX_ACK_MAP
+        }
+        Kind::Frag => true,
+        Kind::Chunk => h.id != 0 && h.total > 0 && h.total <= MAX_REASSEMBLY && in_bounds(h),
+        Kind::Put => {
+            h.tag == 0
+                && h.id != 0
+                && in_bounds(h)
+                && h.region_offset.checked_add(h.total as u64).is_some()
+        }
+        Kind::GetReq => {
+            h.tag == 0
+                && h.id != 0
+                && plen == 0
+                && h.offset == 0
+                && h.region_offset.checked_add(h.total as u64).is_some()
+        }
+        Kind::GetReply => h.tag == 0 && h.id != 0 && in_bounds(h),
+        Kind::PutRefuse | Kind::GetRefuse => {
+            h.tag == 0 && h.id != 0 && plen == 0 && h.total == 0 && h.offset == 0
+        }
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(ParseError::Field)
+    }
+}
+
+#[cfg(test)]
+mod tests;

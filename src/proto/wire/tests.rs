@@ -1,0 +1,195 @@
+use super::*;
+
+/// One valid sample of every packet kind, with payload.
+pub(crate) fn samples() -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let ack = Some(AckInfo {
+        cum: 65530,
+        sack: 0xdead_beef,
+    });
+    let mk = |h: Header, payload: &[u8]| {
+        let mut b = vec![0u8; h.header_len() + payload.len()];
+        let n = h.emit(&mut b);
+        b[n..].copy_from_slice(payload);
+        b
+    };
+    let mut h = Header::new(Kind::Ack);
+    h.ack = ack;
+    h.src = 7;
+    h.key = 9;
+    h.payload_len = 3;
+    out.push(mk(h, &[1, 2, 3]));
+    let mut h = Header::new(Kind::Frag);
+    h.tag = 65;
+    h.seq = 65535;
+    h.ack = ack;
+    h.src = u64::MAX;
+    h.key = 1;
+    h.payload_len = 5;
+    out.push(mk(h, b"hello"));
+    let mut h = Header::new(Kind::Chunk);
+    h.tag = 3;
+    h.seq = 12;
+    h.id = 44;
+    h.total = 100;
+    h.offset = 96;
+    h.payload_len = 4;
+    out.push(mk(h, b"abcd"));
+    let mut h = Header::new(Kind::Put);
+    h.seq = 13;
+    h.ack = ack;
+    h.id = 45;
+    h.total = 10;
+    h.offset = 2;
+    h.region = 0x1234;
+    h.region_offset = 1 << 40;
+    h.payload_len = 8;
+    out.push(mk(h, b"12345678"));
+    let mut h = Header::new(Kind::GetReq);
+    h.seq = 14;
+    h.id = 46;
+    h.total = 1 << 20;
+    h.region = 77;
+    h.region_offset = 4096;
+    out.push(mk(h, b""));
+    let mut h = Header::new(Kind::GetReply);
+    h.seq = 15;
+    h.id = 46;
+    h.total = 1 << 20;
+    h.offset = 1000;
+    h.payload_len = 2;
+    out.push(mk(h, b"xy"));
+    let mut h = Header::new(Kind::PutRefuse);
+    h.seq = 16;
+    h.id = 45;
+    out.push(mk(h, b""));
+    let mut h = Header::new(Kind::GetRefuse);
+    h.seq = 17;
+    h.id = 46;
+    out.push(mk(h, b""));
+    out
+}
+
+#[test]
+fn round_trip_every_kind() {
+    for s in samples() {
+        let (h, range) = parse(&s).expect("valid sample parses");
+        assert_eq!(range.end, s.len());
+        assert_eq!(range.start, h.header_len());
+        let mut b = vec![0u8; h.header_len()];
+        h.emit(&mut b);
+        assert_eq!(
+            &b[..],
+            &s[..h.header_len()],
+            "emit(parse(x)) == x for {:?}",
+            h.kind
+        );
+    }
+}
+
+#[test]
+fn every_truncated_prefix_rejected() {
+    for s in samples() {
+        for n in 0..s.len() {
+            assert!(parse(&s[..n]).is_err(), "prefix {n} of {:?} accepted", s[1]);
+        }
+    }
+}
+
+#[test]
+fn trailing_padding_ignored() {
+    for s in samples() {
+        let mut p = s.clone();
+        p.extend_from_slice(&[0xee; 7]);
+        let (_, r) = parse(&p).unwrap();
+        assert_eq!(r.end, s.len());
+    }
+}
+
+#[test]
+fn field_rules() {
+    let s = samples();
+    let bad = |mut b: Vec<u8>, off: usize, v: u8| {
+        b[off] = v;
+        parse(&b).is_err()
+    };
+    assert!(bad(s[1].clone(), OFF_VERSION, 2));
+    assert!(bad(s[1].clone(), OFF_KIND, 0));
+    assert!(bad(s[1].clone(), OFF_KIND, 9));
+    assert!(bad(s[1].clone(), OFF_FLAGS, 2));
+    assert!(bad(s[1].clone(), OFF_RESERVED0, 1));
+    assert!(bad(s[2].clone(), OFF_RESERVED1 + 3, 1));
+    // ack fields must be zero without the flag
+    assert!(bad(s[2].clone(), OFF_ACK, 1));
+    // ACK without the flag, with a seq, with a tag
+    assert!(bad(s[0].clone(), OFF_FLAGS, 0));
+    assert!(bad(s[0].clone(), OFF_SEQ, 1));
+    assert!(bad(s[0].clone(), OFF_TAG, 1));
+    // chunk offset+len beyond total
+    assert!(bad(s[2].clone(), OFF_OFFSET, 97));
+    // chunk id zero
+    let mut c = s[2].clone();
+    put32(&mut c, OFF_ID, 0);
+    assert!(parse(&c).is_err());
+    // chunk total beyond the reassembly limit
+    let mut c = s[2].clone();
+    put32(&mut c, OFF_TOTAL, MAX_REASSEMBLY + 1);
+    put32(&mut c, OFF_OFFSET, 0);
+    assert!(parse(&c).is_err());
+    // put region offset overflowing
+    let mut c = s[3].clone();
+    put64(&mut c, OFF_REGION_OFFSET, u64::MAX - 3);
+    assert!(parse(&c).is_err());
+    // payload length beyond the datagram
+    let mut c = s[1].clone();
+    put16(&mut c, OFF_PAYLOAD_LEN, 6);
+    assert!(parse(&c).is_err());
+    // get request with payload
+    let mut c = s[4].clone();
+    put16(&mut c, OFF_PAYLOAD_LEN, 1);
+    c.push(0);
+    assert!(parse(&c).is_err());
+    // refusal with a total
+    let mut c = s[6].clone();
+    put32(&mut c, OFF_TOTAL, 1);
+    assert!(parse(&c).is_err());
+    // oversized ack map
+    let mut c = s[0].clone();
+    put16(&mut c, OFF_PAYLOAD_LEN, (MAX_ACK_MAP + 1) as u16);
+    c.resize(BASE_LEN + MAX_ACK_MAP + 1, 0);
+    assert!(parse(&c).is_err());
+}
+
+#[test]
+fn random_corruption_never_panics_and_accepted_reemits() {
+    let mut x: u64 = 0x1234_5678_9abc_def1;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let s = samples();
+    let mut accepted = 0;
+    for i in 0..200_000 {
+        let mut b = s[i % s.len()].clone();
+        let flips = 1 + next() % 4;
+        for _ in 0..flips {
+            let pos = (next() as usize) % b.len();
+            b[pos] ^= 1 << (next() % 8);
+        }
+        if next() % 5 == 0 {
+            let n = (next() as usize) % (b.len() + 1);
+            b.truncate(n);
+        }
+        if let Ok((h, r)) = parse(&b) {
+            accepted += 1;
+            assert!(r.end <= b.len() && r.start == h.header_len());
+            let mut e = vec![0u8; h.header_len()];
+            h.emit(&mut e);
+            assert_eq!(&e[..], &b[..h.header_len()]);
+        }
+    }
+    // Flipping payload bytes or free fields (seq, src, key, ...) keeps packets valid.
+    assert!(accepted > 1000);
+}

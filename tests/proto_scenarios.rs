@@ -1,0 +1,621 @@
+//! Scenario tests written as packet traces with explicit timestamps (µs).
+//! Two engines, A and B; every datagram is moved by hand, so each test reads as a trace.
+
+use usnic_rs::proto::wire::{self, Header, Kind};
+use usnic_rs::proto::*;
+
+fn us(t: u64) -> Instant {
+    Instant(t * 1_000)
+}
+
+fn cfg(id: u64, isn: u16) -> Config {
+    Config {
+        local_id: id,
+        local_key: id * 1000,
+        isn,
+        ..Config::default()
+    }
+}
+
+struct Pair {
+    a: Engine,
+    b: Engine,
+    /// B as seen by A, and A as seen by B.
+    ab: PeerId,
+    ba: PeerId,
+}
+
+fn pair_with(ca: Config, cb: Config) -> Pair {
+    let mut a = Engine::new(ca.clone()).unwrap();
+    let mut b = Engine::new(cb.clone()).unwrap();
+    let info = |c: &Config| PeerInfo {
+        remote_id: c.local_id,
+        remote_key: c.local_key,
+        remote_isn: c.isn,
+        remote_data_mtu: c.data_mtu,
+    };
+    let ab = a.add_peer(us(0), info(&cb));
+    let ba = b.add_peer(us(0), info(&ca));
+    Pair { a, b, ab, ba }
+}
+
+fn pair() -> Pair {
+    pair_with(cfg(1, 100), cfg(2, 200))
+}
+
+/// Every datagram `e` has for `ch` at `t` (credits are returned at once).
+fn tx(e: &mut Engine, t: Instant, ch: Channel) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 2048];
+    while let Some(x) = e.poll_transmit(t, ch, &mut buf) {
+        e.handle_send_complete(ch);
+        out.push(buf[..x.len].to_vec());
+    }
+    out
+}
+
+fn hdr(d: &[u8]) -> Header {
+    wire::parse(d).expect("engine emits valid datagrams").0
+}
+
+fn events(e: &mut Engine) -> Vec<Event> {
+    std::iter::from_fn(|| e.poll_event()).collect()
+}
+
+#[test]
+fn delayed_ack_fires_after_ack_delay() {
+    let mut p = pair();
+    p.a.submit_send(us(0), p.ab, 7, b"hi".to_vec(), Cookie(1))
+        .unwrap();
+    assert!(
+        tx(&mut p.a, us(0), Channel::Data).is_empty(),
+        "tiny goes on priority"
+    );
+    let d = tx(&mut p.a, us(0), Channel::Priority);
+    assert_eq!(d.len(), 1);
+    assert_eq!(hdr(&d[0]).kind, Kind::Frag);
+    // t=10: B receives and delivers in place.
+    match p.b.handle_datagram(us(10), Channel::Priority, &d[0]) {
+        RxOutcome::Deliver { peer, tag, payload } => {
+            assert_eq!((peer, tag, &d[0][payload]), (p.ba, 7, &b"hi"[..]));
+        }
+        o => panic!("{o:?}"),
+    }
+    assert!(
+        tx(&mut p.b, us(10), Channel::Priority).is_empty(),
+        "ACK is delayed"
+    );
+    assert_eq!(p.b.poll_timeout(), Some(us(40)), "ack_delay is 30 µs");
+    p.b.handle_timeout(us(39));
+    assert!(tx(&mut p.b, us(39), Channel::Priority).is_empty());
+    p.b.handle_timeout(us(40));
+    let acks = tx(&mut p.b, us(40), Channel::Priority);
+    assert_eq!(acks.len(), 1);
+    let h = hdr(&acks[0]);
+    assert_eq!((h.kind, h.ack.unwrap().cum), (Kind::Ack, 100));
+    assert_eq!(p.b.stats().acks_alone, 1);
+    // t=50: A gets the ACK and completes.
+    assert_eq!(
+        p.a.handle_datagram(us(50), Channel::Priority, &acks[0]),
+        RxOutcome::Consumed
+    );
+    assert_eq!(
+        events(&mut p.a),
+        vec![Event::SendComplete {
+            peer: p.ab,
+            cookie: Cookie(1),
+            result: Ok(())
+        }]
+    );
+    assert!(p.a.is_idle(p.ab));
+    assert_eq!(p.a.poll_timeout(), None, "nothing left to time");
+}
+
+#[test]
+fn piggybacking_suppresses_the_standalone_ack() {
+    let mut p = pair();
+    p.a.submit_send(us(0), p.ab, 1, vec![5; 1000], Cookie(1))
+        .unwrap();
+    let d = tx(&mut p.a, us(0), Channel::Data);
+    assert!(matches!(
+        p.b.handle_datagram(us(10), Channel::Data, &d[0]),
+        RxOutcome::Deliver { .. }
+    ));
+    // t=20: B has its own fragment for A; the owed ACK rides on it.
+    p.b.submit_send(us(20), p.ba, 2, vec![6; 1000], Cookie(9))
+        .unwrap();
+    let r = tx(&mut p.b, us(20), Channel::Data);
+    assert_eq!(r.len(), 1);
+    assert_eq!(hdr(&r[0]).ack.unwrap().cum, 100);
+    assert_eq!(p.b.stats().acks_piggybacked, 1);
+    p.b.handle_timeout(us(40));
+    assert!(
+        tx(&mut p.b, us(40), Channel::Priority).is_empty(),
+        "no standalone ACK"
+    );
+    assert_eq!(p.b.stats().acks_alone, 0);
+    assert!(matches!(
+        p.a.handle_datagram(us(30), Channel::Data, &r[0]),
+        RxOutcome::Deliver { .. }
+    ));
+    assert_eq!(
+        events(&mut p.a),
+        vec![Event::SendComplete {
+            peer: p.ab,
+            cookie: Cookie(1),
+            result: Ok(())
+        }]
+    );
+}
+
+#[test]
+fn one_loss_repaired_in_one_round_trip() {
+    let mut p = pair();
+    for i in 0..10 {
+        p.a.submit_send(us(0), p.ab, 1, vec![i as u8; 1000], Cookie(i))
+            .unwrap();
+    }
+    let d = tx(&mut p.a, us(0), Channel::Data);
+    assert_eq!(d.len(), 10);
+    // The third datagram is lost; the others arrive at t=10 and every ACK B sends arrives
+    // back at A 10 µs later (RTT 20 µs).
+    for (i, x) in d.iter().enumerate() {
+        if i != 2 {
+            p.b.handle_datagram(us(10), Channel::Data, x);
+        }
+    }
+    let acks = tx(&mut p.b, us(10), Channel::Priority);
+    assert_eq!(acks.len(), 1, "a new gap triggers an immediate ACK");
+    let h = hdr(&acks[0]);
+    assert_eq!(
+        (h.ack.unwrap().cum, h.ack.unwrap().sack),
+        (101, 0b111_1111),
+        "cum + SACK"
+    );
+    for a in &acks {
+        p.a.handle_datagram(us(20), Channel::Priority, a);
+    }
+    let completed = events(&mut p.a).len();
+    assert_eq!(
+        completed, 9,
+        "everything but the lost one is acknowledged (cumulative + SACK)"
+    );
+    // Repair is due a quarter RTT later, long before any retransmit timeout (>= 500 µs).
+    let due = p.a.poll_timeout().unwrap();
+    assert!(due <= us(25), "repair due at {due:?}");
+    p.a.handle_timeout(due);
+    let r = tx(&mut p.a, due, Channel::Data);
+    assert_eq!(r.len(), 1);
+    assert_eq!(
+        hdr(&r[0]).seq,
+        hdr(&d[2]).seq,
+        "the lost segment, same sequence number"
+    );
+    assert_eq!(&r[0][32..], &d[2][32..], "same bytes");
+    assert_eq!(
+        (p.a.stats().resends_fast, p.a.stats().resends_timeout),
+        (1, 0)
+    );
+    // B gets it, ACKs at once (it fills the gap), A completes the last fragment.
+    assert!(matches!(
+        p.b.handle_datagram(us(35), Channel::Data, &r[0]),
+        RxOutcome::Deliver { .. }
+    ));
+    let a2 = tx(&mut p.b, us(35), Channel::Priority);
+    assert_eq!(a2.len(), 1);
+    p.a.handle_datagram(us(45), Channel::Priority, &a2[0]);
+    assert_eq!(
+        events(&mut p.a),
+        vec![Event::SendComplete {
+            peer: p.ab,
+            cookie: Cookie(2),
+            result: Ok(())
+        }]
+    );
+    assert!(p.a.is_idle(p.ab));
+}
+
+#[test]
+fn late_ack_after_a_retransmit_is_harmless() {
+    let mut p = pair();
+    p.a.submit_send(us(0), p.ab, 1, b"x".to_vec(), Cookie(1))
+        .unwrap();
+    let d = tx(&mut p.a, us(0), Channel::Priority);
+    p.b.handle_datagram(us(10), Channel::Priority, &d[0]);
+    p.b.handle_timeout(us(40));
+    let ack = tx(&mut p.b, us(40), Channel::Priority);
+    assert_eq!(ack.len(), 1);
+    // The ACK is slow; A's retransmit timeout (initial 5 ms) fires first.
+    assert_eq!(p.a.poll_timeout(), Some(us(5_000)));
+    p.a.handle_timeout(us(5_000));
+    assert!(
+        tx(&mut p.a, us(5_000), Channel::Priority).is_empty(),
+        "resends never on priority"
+    );
+    let r = tx(&mut p.a, us(5_000), Channel::Data);
+    assert_eq!(r.len(), 1);
+    assert_eq!(p.a.stats().resends_timeout, 1);
+    // The late ACK arrives: completion, once.
+    p.a.handle_datagram(us(5_001), Channel::Priority, &ack[0]);
+    assert_eq!(events(&mut p.a).len(), 1);
+    // B sees the retransmission as a duplicate and re-ACKs at once; A shrugs.
+    assert_eq!(
+        p.b.handle_datagram(us(5_010), Channel::Data, &r[0]),
+        RxOutcome::Dropped(DropReason::Duplicate)
+    );
+    let ack2 = tx(&mut p.b, us(5_010), Channel::Priority);
+    assert_eq!(ack2.len(), 1);
+    assert_eq!(
+        p.a.handle_datagram(us(5_020), Channel::Priority, &ack2[0]),
+        RxOutcome::Consumed
+    );
+    assert!(events(&mut p.a).is_empty(), "no second completion");
+    assert!(p.a.is_idle(p.ab));
+    assert_eq!(
+        p.a.poll_timeout(),
+        None,
+        "the room was checked out; no stray timer"
+    );
+}
+
+#[test]
+fn sequence_wrap_inside_a_long_fragment_reassembled_in_reverse() {
+    let mut p = pair_with(cfg(1, 65_530), cfg(2, 7));
+    let data: Vec<u8> = (0..30_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    p.a.submit_send(us(0), p.ab, 9, data.clone(), Cookie(1))
+        .unwrap();
+    let d = tx(&mut p.a, us(0), Channel::Data);
+    assert!(d.len() > 20);
+    let seqs: Vec<u16> = d.iter().map(|x| hdr(x).seq).collect();
+    assert_eq!(seqs[0], 65_530);
+    assert!(
+        seqs.contains(&65_535) && seqs.contains(&0),
+        "wraps: {seqs:?}"
+    );
+    for x in d.iter().rev() {
+        assert_eq!(hdr(x).kind, Kind::Chunk);
+        assert_eq!(
+            p.b.handle_datagram(us(10), Channel::Data, x),
+            RxOutcome::Consumed
+        );
+    }
+    assert_eq!(
+        events(&mut p.b),
+        vec![Event::Deliver {
+            peer: p.ba,
+            tag: 9,
+            data
+        }]
+    );
+    // Completing a chunked fragment forces an immediate ACK covering everything.
+    let ack = tx(&mut p.b, us(10), Channel::Priority);
+    let last = ack.last().unwrap();
+    assert_eq!(hdr(last).ack.unwrap().cum, *seqs.last().unwrap());
+    for a in &ack {
+        p.a.handle_datagram(us(20), Channel::Priority, a);
+    }
+    assert_eq!(events(&mut p.a).len(), 1);
+    assert!(p.a.is_idle(p.ab));
+}
+
+#[test]
+fn peer_failure_reported_once_and_everything_fails() {
+    let mut ca = cfg(1, 0);
+    ca.peer_timeout = Duration::from_millis(300);
+    let mut p = pair_with(ca, cfg(2, 0));
+    p.a.submit_send(us(0), p.ab, 1, vec![1; 100], Cookie(1))
+        .unwrap();
+    p.a.submit_put(us(0), p.ab, 5, 0, vec![2; 5000], Cookie(2))
+        .unwrap();
+    p.a.submit_get(us(0), p.ab, 5, 0, 6, 0, 100, Cookie(3))
+        .unwrap();
+    let mut t = us(0);
+    let mut failed = Vec::new();
+    let mut done = Vec::new();
+    // Nothing ever reaches B. Follow the timers.
+    for _ in 0..10_000 {
+        tx(&mut p.a, t, Channel::Data);
+        tx(&mut p.a, t, Channel::Priority);
+        for e in events(&mut p.a) {
+            match e {
+                Event::PeerFailed { .. } => failed.push((t, e)),
+                e => done.push(e),
+            }
+        }
+        match p.a.poll_timeout() {
+            Some(n) => t = n.max(t),
+            None => break,
+        }
+        p.a.handle_timeout(t);
+    }
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(
+        failed[0].1,
+        Event::PeerFailed {
+            peer: p.ab,
+            remote_id: 2
+        }
+    );
+    assert!(
+        failed[0].0 >= us(300_000) && failed[0].0 < us(301_000),
+        "{:?}",
+        failed[0].0
+    );
+    let mut cookies: Vec<(u64, Result<(), Failure>)> = done
+        .iter()
+        .map(|e| match e {
+            Event::SendComplete { cookie, result, .. }
+            | Event::PutComplete { cookie, result, .. }
+            | Event::GetComplete { cookie, result, .. } => (cookie.0, *result),
+            e => panic!("{e:?}"),
+        })
+        .collect();
+    cookies.sort_by_key(|c| c.0);
+    let f = Err(Failure::PeerUnreachable);
+    assert_eq!(cookies, vec![(1, f), (2, f), (3, f)]);
+    assert_eq!(p.a.stats().peers_failed, 1);
+    assert!(p.a.is_idle(p.ab));
+    assert_eq!(
+        p.a.submit_send(t, p.ab, 1, vec![], Cookie(4)),
+        Err(SubmitError::PeerFailed)
+    );
+    // B's datagrams are dropped from now on.
+    p.b.submit_send(t, p.ba, 1, vec![1], Cookie(1)).unwrap();
+    let d = tx(&mut p.b, t, Channel::Priority);
+    assert_eq!(
+        p.a.handle_datagram(t, Channel::Priority, &d[0]),
+        RxOutcome::Dropped(DropReason::PeerFailed)
+    );
+    p.a.handle_timeout(Instant(t.0 + 10_000_000_000));
+    assert!(events(&mut p.a).is_empty(), "reported once");
+}
+
+#[test]
+fn wrong_key_unknown_sender_and_garbage_are_dropped() {
+    let mut p = pair();
+    let mut c = Engine::new(cfg(3, 0)).unwrap();
+    // C knows B but with a wrong key.
+    let cb = c.add_peer(
+        us(0),
+        PeerInfo {
+            remote_id: 2,
+            remote_key: 1,
+            remote_isn: 200,
+            remote_data_mtu: 1472,
+        },
+    );
+    c.submit_send(us(0), cb, 1, vec![1], Cookie(1)).unwrap();
+    let d = tx(&mut c, us(0), Channel::Priority);
+    assert_eq!(
+        p.b.handle_datagram(us(1), Channel::Priority, &d[0]),
+        RxOutcome::Dropped(DropReason::WrongKey)
+    );
+    // C with the right key but unknown to B.
+    let mut c = Engine::new(cfg(3, 0)).unwrap();
+    let cb = c.add_peer(
+        us(0),
+        PeerInfo {
+            remote_id: 2,
+            remote_key: 2000,
+            remote_isn: 200,
+            remote_data_mtu: 1472,
+        },
+    );
+    c.submit_send(us(0), cb, 1, vec![1], Cookie(1)).unwrap();
+    let d = tx(&mut c, us(0), Channel::Priority);
+    assert_eq!(
+        p.b.handle_datagram(us(1), Channel::Priority, &d[0]),
+        RxOutcome::Dropped(DropReason::UnknownSender)
+    );
+    assert_eq!(
+        p.b.handle_datagram(us(1), Channel::Data, &[1, 2, 3]),
+        RxOutcome::Dropped(DropReason::Malformed)
+    );
+    let s = p.b.stats();
+    assert_eq!(
+        (
+            s.wrong_key_recvs,
+            s.unknown_sender_recvs,
+            s.malformed_recvs,
+            s.recvs
+        ),
+        (1, 1, 1, 3)
+    );
+    assert!(p.b.is_idle(p.ba));
+    assert_eq!(
+        p.b.poll_timeout(),
+        None,
+        "nothing was accepted, no ACK owed"
+    );
+}
+
+#[test]
+fn credits_limit_transmissions_and_come_back() {
+    let mut ca = cfg(1, 0);
+    ca.data_credits = 2;
+    let mut p = pair_with(ca, cfg(2, 0));
+    for i in 0..5 {
+        p.a.submit_send(us(0), p.ab, 1, vec![0; 1000], Cookie(i))
+            .unwrap();
+    }
+    let mut buf = vec![0u8; 1472];
+    assert!(p.a.poll_transmit(us(0), Channel::Data, &mut buf).is_some());
+    assert!(p.a.poll_transmit(us(0), Channel::Data, &mut buf).is_some());
+    assert!(p.a.poll_transmit(us(0), Channel::Data, &mut buf).is_none());
+    assert_eq!(p.a.stats().credits_exhausted, 1);
+    p.a.handle_send_complete(Channel::Data);
+    assert!(p.a.poll_transmit(us(0), Channel::Data, &mut buf).is_some());
+    assert!(
+        p.a.poll_transmit(us(0), Channel::Data, &mut vec![0u8; 100])
+            .is_none(),
+        "buffer below MTU"
+    );
+    assert_eq!(p.a.stats().sends, 3);
+}
+
+#[test]
+fn resends_per_pass_are_bounded() {
+    let mut p = pair();
+    for i in 0..100 {
+        p.a.submit_send(us(0), p.ab, 1, vec![0; 1000], Cookie(i))
+            .unwrap();
+    }
+    assert_eq!(tx(&mut p.a, us(0), Channel::Data).len(), 100);
+    // Everything lost: at the timeout all 100 are due, but a pass sends at most 16.
+    p.a.handle_timeout(us(5_000));
+    assert_eq!(tx(&mut p.a, us(5_000), Channel::Data).len(), 16);
+    assert_eq!(
+        p.a.poll_timeout(),
+        Some(us(5_000)),
+        "more resends wait for the next pass"
+    );
+    p.a.handle_timeout(us(5_001));
+    assert_eq!(tx(&mut p.a, us(5_001), Channel::Data).len(), 16);
+    assert_eq!(p.a.stats().resends_timeout, 32);
+    // Backoff: the next timeout is at least twice the first.
+    let mut t = us(5_001);
+    for _ in 0..10 {
+        p.a.handle_timeout(t);
+        tx(&mut p.a, t, Channel::Data);
+    }
+    let next = p.a.poll_timeout().unwrap();
+    assert!(next.0 >= t.0 + 9_000_000, "backed off: {next:?} vs {t:?}");
+    t = next;
+    let _ = t;
+}
+
+#[test]
+fn remove_peer_completes_everything() {
+    let mut p = pair();
+    p.a.submit_send(us(0), p.ab, 1, vec![0; 10], Cookie(1))
+        .unwrap();
+    p.a.submit_send(us(0), p.ab, 1, vec![0; 100_000], Cookie(2))
+        .unwrap();
+    tx(&mut p.a, us(0), Channel::Priority);
+    p.a.remove_peer(us(1), p.ab);
+    let ev = events(&mut p.a);
+    assert_eq!(ev.len(), 2);
+    assert!(ev.iter().all(|e| matches!(
+        e,
+        Event::SendComplete {
+            result: Err(Failure::PeerUnreachable),
+            ..
+        }
+    )));
+    assert_eq!(
+        p.a.submit_send(us(2), p.ab, 1, vec![], Cookie(3)),
+        Err(SubmitError::UnknownPeer)
+    );
+    assert_eq!(p.a.poll_timeout(), None);
+    assert!(tx(&mut p.a, us(3), Channel::Data).is_empty());
+}
+
+#[test]
+fn put_lands_as_writes_and_get_round_trip() {
+    let mut p = pair();
+    let data: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
+    p.a.submit_put(us(0), p.ab, 42, 1000, data.clone(), Cookie(1))
+        .unwrap();
+    let mut mem = vec![0u8; 7000];
+    for d in tx(&mut p.a, us(0), Channel::Data) {
+        match p.b.handle_datagram(us(10), Channel::Data, &d) {
+            RxOutcome::Write {
+                region: 42,
+                offset,
+                payload,
+                ..
+            } => {
+                mem[offset as usize..offset as usize + payload.len()].copy_from_slice(&d[payload]);
+            }
+            o => panic!("{o:?}"),
+        }
+    }
+    assert!(events(&mut p.b).is_empty(), "no upcall at the target");
+    assert_eq!(&mem[1000..6000], &data[..]);
+    p.b.handle_timeout(us(40));
+    for a in tx(&mut p.b, us(40), Channel::Priority) {
+        p.a.handle_datagram(us(50), Channel::Priority, &a);
+    }
+    assert_eq!(
+        events(&mut p.a),
+        vec![Event::PutComplete {
+            peer: p.ab,
+            cookie: Cookie(1),
+            result: Ok(())
+        }]
+    );
+    // GET back 3000 bytes from B's region 42 at 2000 into A's region 8 at 10.
+    p.a.submit_get(us(60), p.ab, 42, 2000, 8, 10, 3000, Cookie(2))
+        .unwrap();
+    for d in tx(&mut p.a, us(60), Channel::Data) {
+        assert_eq!(
+            p.b.handle_datagram(us(70), Channel::Data, &d),
+            RxOutcome::Consumed
+        );
+    }
+    let req = match events(&mut p.b).as_slice() {
+        [Event::GetRequest {
+            request,
+            region: 42,
+            offset: 2000,
+            len: 3000,
+            ..
+        }] => *request,
+        e => panic!("{e:?}"),
+    };
+    p.b.answer_get(us(71), p.ba, req, Ok(mem[2000..5000].to_vec()));
+    let mut local = vec![0u8; 4000];
+    for d in tx(&mut p.b, us(71), Channel::Data) {
+        match p.a.handle_datagram(us(80), Channel::Data, &d) {
+            RxOutcome::Write {
+                region: 8,
+                offset,
+                payload,
+                ..
+            } => {
+                local[offset as usize..offset as usize + payload.len()]
+                    .copy_from_slice(&d[payload]);
+            }
+            o => panic!("{o:?}"),
+        }
+    }
+    assert_eq!(
+        events(&mut p.a),
+        vec![Event::GetComplete {
+            peer: p.ab,
+            cookie: Cookie(2),
+            result: Ok(())
+        }]
+    );
+    assert_eq!(&local[10..3010], &mem[2000..5000]);
+}
+
+#[test]
+fn refused_write_of_a_get_reply_fails_the_get() {
+    let mut p = pair();
+    p.a.submit_get(us(0), p.ab, 1, 0, 2, 0, 10, Cookie(5))
+        .unwrap();
+    for d in tx(&mut p.a, us(0), Channel::Data) {
+        p.b.handle_datagram(us(10), Channel::Data, &d);
+    }
+    let req = match events(&mut p.b).as_slice() {
+        [Event::GetRequest { request, .. }] => *request,
+        e => panic!("{e:?}"),
+    };
+    p.b.answer_get(us(11), p.ba, req, Ok(vec![1; 10]));
+    let d = tx(&mut p.b, us(11), Channel::Data);
+    assert!(matches!(
+        p.a.handle_datagram(us(20), Channel::Data, &d[0]),
+        RxOutcome::Write { .. }
+    ));
+    p.a.refuse_write(us(20), p.ab);
+    assert_eq!(
+        events(&mut p.a),
+        vec![Event::GetComplete {
+            peer: p.ab,
+            cookie: Cookie(5),
+            result: Err(Failure::RemoteRefused)
+        }]
+    );
+    assert_eq!(p.a.stats().refused_writes, 1);
+}
