@@ -1,5 +1,5 @@
-//! Messages through Open MPI's output (so they interleave with its own), one line each, prefixed
-//! with host and pid. Level 0 always prints; level n prints when the larger of
+//! Messages through Open MPI's output (so they interleave with its own), one line each (opal_output
+//! prefixes `[host:pid]`). Level 0 always prints; level n prints when the larger of
 //! `btl_usnic_verbose` and `btl_base_verbose` is at least n.
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -39,16 +39,9 @@ fn emit(line: &str) {
     unsafe { sys::usnic_shim_output(0, c.as_ptr()) };
 }
 
-fn prefix() -> String {
-    let host = if cfg!(test) {
-        "test".to_string()
-    } else {
-        // SAFETY: the shim returns a static or Open MPI-owned NUL-terminated string.
-        unsafe { std::ffi::CStr::from_ptr(sys::usnic_shim_my_hostname()) }
-            .to_string_lossy()
-            .into_owned()
-    };
-    format!("[{}:{}] btl:usnic:", host, std::process::id())
+/// opal_output already starts the line with `[host:pid]`.
+fn prefix() -> &'static str {
+    "btl:usnic:"
 }
 
 /// An error or warning the user must see.
