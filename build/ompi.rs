@@ -106,6 +106,7 @@ fn bindings(headers: &Path, incs: &[PathBuf], out: &Path) {
         .parse_callbacks(Box::new(bindgen::CargoCallbacks::new()))
         .allowlist_function("usnic_shim_.*")
         .allowlist_type("usnic_shim_module_t")
+        .allowlist_type("mca_btl_base_component_3_0_0_t")
         .allowlist_type("mca_btl_base_descriptor_t")
         .allowlist_type("mca_btl_base_segment_t")
         .allowlist_type("mca_btl_base_module_t")
@@ -122,7 +123,6 @@ fn bindings(headers: &Path, incs: &[PathBuf], out: &Path) {
         // Structures Rust only passes by pointer stay opaque: their layout is C's business.
         .opaque_type("opal_convertor_t")
         .opaque_type("opal_bitmap_t")
-        .opaque_type("mca_btl_base_component_3_0_0_t")
         .opaque_type("mca_mpool_base_module_t")
         .allowlist_type("mca_mpool_base_module_t")
         .opaque_type("opal_datatype_t")
