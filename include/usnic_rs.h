@@ -47,6 +47,7 @@ typedef struct {
   int mtu;
   int window;
   int verbose;
+  bool ack_thread;
 } usnic_rs_params_t;
 
 /*

@@ -33,9 +33,9 @@ fn workdir() -> &'static Path {
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(plugin_path(), &link).unwrap();
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/plugin");
-        for prog in ["pingpong", "stall"] {
+        for prog in ["pingpong", "stall", "compute", "threads"] {
             let st = Command::new("mpicc")
-                .arg("-O2")
+                .args(["-O2", "-pthread"])
                 .arg("-o")
                 .arg(d.join(prog))
                 .arg(src.join(format!("{prog}.c")))
@@ -176,6 +176,7 @@ fn every_parameter_has_help() {
         ("mtu", "0"),
         ("window", "4096"),
         ("verbose", "0"),
+        ("ack_thread", "true"),
     ];
     for (name, value) in expected {
         let p = format!("mca:btl:usnic:param:btl_usnic_{name}:");
@@ -305,4 +306,46 @@ fn failed_peer_is_named_and_the_job_ends() {
         "{err}"
     );
     assert!(start.elapsed() < Duration::from_secs(120));
+}
+
+#[test]
+fn computing_peer_is_not_declared_failed() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let args = |thread: &'static str| {
+        [
+            "--mca",
+            "btl",
+            "usnic,self",
+            "--mca",
+            "btl_usnic_peer_timeout",
+            "2000",
+            "--mca",
+            "btl_usnic_ack_thread",
+            thread,
+        ]
+    };
+    let o = mpirun(2, &args("1"), &["compute"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("OK: computing peer survived"), "{out}");
+    // Control: without the helper thread the same run is (wrongly) declared failed, which is
+    // what the thread exists to prevent.
+    let o = mpirun(2, &args("0"), &["compute"]);
+    let (_, err) = text(&o);
+    assert!(!o.status.success());
+    assert!(err.contains("peer rank 1 on host"), "{err}");
+}
+
+#[test]
+fn thread_multiple_four_threads_per_rank() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for np in [2, 4] {
+        let o = mpirun(np, &["--mca", "btl", "usnic,self"], &["threads", "100"]);
+        let (out, err) = text(&o);
+        assert!(
+            o.status.success(),
+            "np {np}\nstdout:\n{out}\nstderr:\n{err}"
+        );
+        assert!(out.contains("OK: 0 errors"), "{out}");
+    }
 }

@@ -120,7 +120,8 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
     };
     log::set_verbosity(settings.verbose);
     init_tracing(log::verbosity());
-    lock::set_threaded(mpi_threads);
+    // The lock is needed with MPI threads, and whenever the ACK helper thread runs.
+    lock::set_threaded(mpi_threads || settings.ack_thread);
     if settings.base_udp_port != 0 {
         return decline("btl_usnic_base_udp_port is not supported (must be 0)");
     }
@@ -137,6 +138,15 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
         cfg.include_loopback = true;
         devices = fabric::discover(&cfg).unwrap_or_default();
         devices.retain(|d| d.is_loopback);
+    }
+    if devices.is_empty() && (settings.if_include.is_some() || settings.if_exclude.is_some()) {
+        return decline(&format!(
+            "no interface of provider {} is left after btl_usnic_if_include={} \
+             btl_usnic_if_exclude={}",
+            settings.provider,
+            settings.if_include.as_deref().unwrap_or("(unset)"),
+            settings.if_exclude.as_deref().unwrap_or("(unset)")
+        ));
     }
     if devices.is_empty() {
         log::verbose(1, || {
@@ -235,6 +245,7 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
         ));
     }
     if modules.is_empty() {
+        lock::set_threaded(mpi_threads);
         return decline("no interface could be opened");
     }
     let entries: Vec<ModexEntry> = modules.iter().map(|m| m.entry.clone()).collect();
@@ -255,7 +266,19 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
         reached: Default::default(),
         next_stats: std::cell::Cell::new(Instant(fabric::now().0 + stats_every)),
     };
+    let ack_thread = comp.settings.ack_thread;
     *COMPONENT.cell().borrow_mut() = Some(comp);
+    if ack_thread {
+        super::acker::start();
+    }
+    log::verbose(5, || {
+        format!(
+            "MPI_THREAD_MULTIPLE {}; recursive lock {}; ACK helper thread {}",
+            if mpi_threads { "on" } else { "off" },
+            if lock::threaded() { "on" } else { "off" },
+            if ack_thread { "on" } else { "off" }
+        )
+    });
     OPAL_SUCCESS
 }
 
@@ -281,6 +304,7 @@ pub fn progress() -> i32 {
     let _g = lock::enter();
     with_component(|c| {
         let now = fabric::now();
+        super::acker::note_progress(now.0);
         let mut n = 0;
         for m in &c.modules {
             n += m.progress(now);

@@ -44,6 +44,8 @@ pub extern "C" fn usnic_rs_component_open() -> i32 {
 #[no_mangle]
 pub extern "C" fn usnic_rs_component_close() -> i32 {
     guard("component close", OPAL_ERROR, || {
+        // Join the helper first, without the lock (it may be waiting for it).
+        super::acker::stop();
         let _g = lock::enter();
         component::close()
     })

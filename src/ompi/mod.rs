@@ -5,6 +5,7 @@
 //! Data flows one way: the shim calls an `exports` entry point, which takes the lock, borrows a
 //! module's state to drive the fabric and the protocol core, collects every call back into Open
 //! MPI as an upcall, ends the borrow, and only then runs the upcalls.
+mod acker;
 mod boundary;
 mod component;
 mod endpoint;

@@ -78,6 +78,8 @@ pub struct ModuleState {
     next_inline: u64,
     pub finalized: bool,
     pub stats_base: Stats,
+    /// Upcalls collected by the ACK helper thread, run by the next progress call.
+    pub deferred: Vec<Upcall>,
 }
 
 pub struct ModuleCell {
@@ -107,6 +109,7 @@ impl ModuleState {
             next_inline: 0,
             finalized: false,
             stats_base: Stats::default(),
+            deferred: Vec::new(),
         }
     }
 
@@ -315,6 +318,9 @@ impl ModuleCell {
             if st.finalized {
                 return 0;
             }
+            if !st.deferred.is_empty() {
+                batch.append(&mut st.deferred);
+            }
             let n = st.collect(now, &mut batch);
             st.transmit(now);
             if let Err(e) = st.fabric.flush_reposts() {
@@ -327,6 +333,40 @@ impl ModuleCell {
         }
         self.batch.set(batch);
         n
+    }
+
+    /// The ACK helper's pass: feed the core what arrived (so it acknowledges), transmit, and
+    /// keep every upcall for the next progress call. In-place deliveries are copied out so the
+    /// receive buffers go back to the fabric at once.
+    pub fn service_in_background(&self, now: Instant) {
+        let mut st = self.state.borrow_mut();
+        if st.finalized {
+            return;
+        }
+        let mut ups = Vec::new();
+        st.collect(now, &mut ups);
+        for up in ups {
+            match up {
+                Upcall::DeliverInPlace {
+                    ch,
+                    buf,
+                    data,
+                    len,
+                    tag,
+                } => {
+                    // SAFETY: `data` points at `len` received bytes of buffer `buf`, which is
+                    // not reposted yet (it is reposted right after this copy).
+                    let v = unsafe { core::slice::from_raw_parts(data, len) }.to_vec();
+                    st.fabric.repost(ch, buf);
+                    st.deferred.push(Upcall::DeliverOwned { data: v, tag });
+                }
+                other => st.deferred.push(other),
+            }
+        }
+        st.transmit(now);
+        if let Err(e) = st.fabric.flush_reposts() {
+            log::error(&format!("reposting receive buffers failed: {e}"));
+        }
     }
 
     /// Run upcalls with no borrow of the state live, then repost what they used.

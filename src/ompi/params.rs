@@ -44,6 +44,7 @@ pub struct usnic_rs_params_t {
     pub mtu: c_int,
     pub window: c_int,
     pub verbose: c_int,
+    pub ack_thread: bool,
 }
 
 /// Validated parameters.
@@ -76,6 +77,7 @@ pub struct Settings {
     pub mtu: usize,
     pub window: u16,
     pub verbose: u32,
+    pub ack_thread: bool,
 }
 
 /// Default priority-channel MTU, the original's `max_tiny_msg_size`.
@@ -213,6 +215,7 @@ impl Settings {
             mtu,
             window: window as u16,
             verbose: at_least("verbose", p.verbose, 0)? as u32,
+            ack_thread: p.ack_thread,
         })
     }
 
@@ -285,6 +288,7 @@ pub(crate) mod tests {
             mtu: 0,
             window: 4096,
             verbose: 0,
+            ack_thread: true,
         }
     }
 

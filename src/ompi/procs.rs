@@ -281,9 +281,24 @@ fn remove_peers(m: &ModuleCell, peers: &[crate::proto::PeerId]) {
     for &p in peers {
         st.engine.remove_peer(now, p);
     }
-    // Completions of what was still queued: free our descriptors, no callbacks.
+    // Completions of what was still queued: free our descriptors, no callbacks. Deferred upcalls
+    // naming a removed endpoint go too (it is freed below).
+    let removed: Vec<*mut Endpoint> = peers.iter().map(|&p| st.endpoint_of(p)).collect();
     let mut batch = Vec::new();
     st.drain_events(now, &mut batch);
+    let deferred = core::mem::take(&mut st.deferred);
+    for up in deferred {
+        match up {
+            super::module::Upcall::PeerFailed { endpoint } if removed.contains(&endpoint) => {}
+            super::module::Upcall::SendDone { frag, status }
+                // SAFETY: frags with a pending completion are live.
+                if removed.contains(&unsafe { (*frag).endpoint }) =>
+            {
+                batch.push(super::module::Upcall::SendDone { frag, status })
+            }
+            other => st.deferred.push(other),
+        }
+    }
     for up in batch {
         if let super::module::Upcall::SendDone { frag, .. } = up {
             // SAFETY: a frag with an outstanding send; the peer is gone, so nobody will
