@@ -446,7 +446,7 @@ fn credits_limit_transmissions_and_come_back() {
     p.a.handle_send_complete(Channel::Data);
     assert!(p.a.poll_transmit(us(0), Channel::Data, &mut buf).is_some());
     assert!(
-        p.a.poll_transmit(us(0), Channel::Data, &mut vec![0u8; 100])
+        p.a.poll_transmit(us(0), Channel::Data, &mut [0u8; 100])
             .is_none(),
         "buffer below MTU"
     );
@@ -618,4 +618,207 @@ fn refused_write_of_a_get_reply_fails_the_get() {
         }]
     );
     assert_eq!(p.a.stats().refused_writes, 1);
+}
+
+#[test]
+fn one_failed_peer_leaves_the_others_alone_and_slots_are_reused() {
+    let mut ca = cfg(1, 0);
+    ca.peer_timeout = Duration::from_millis(250);
+    let mut a = Engine::new(ca.clone()).unwrap();
+    let mut b = Engine::new(cfg(2, 0)).unwrap();
+    let info = |c: &Config| PeerInfo {
+        remote_id: c.local_id,
+        remote_key: c.local_key,
+        remote_isn: c.isn,
+        remote_data_mtu: c.data_mtu,
+    };
+    let ab = a.add_peer(us(0), info(&cfg(2, 0)));
+    let ac = a.add_peer(us(0), info(&cfg(3, 0))); // C is silent forever
+    let ba = b.add_peer(us(0), info(&ca));
+    let mut t = us(0);
+    let mut delivered = 0;
+    let mut failed = 0;
+    for round in 0..2_000u64 {
+        a.submit_send(t, ab, 1, vec![round as u8; 3000], Cookie(round))
+            .unwrap();
+        if let Err(e) = a.submit_send(t, ac, 1, vec![0; 10], Cookie(1_000_000 + round)) {
+            assert_eq!(e, SubmitError::PeerFailed);
+            assert!(a.stats().peers_failed == 1);
+        }
+        for ch in [Channel::Priority, Channel::Data] {
+            for d in tx(&mut a, t, ch) {
+                // Datagrams for C vanish; those for B arrive.
+                if hdr(&d).key == 2000 {
+                    b.handle_datagram(t, ch, &d);
+                }
+            }
+        }
+        delivered += events(&mut b).len();
+        b.handle_timeout(t);
+        for d in tx(&mut b, t, Channel::Priority) {
+            a.handle_datagram(t, Channel::Priority, &d);
+        }
+        for e in events(&mut a) {
+            match e {
+                Event::PeerFailed { peer, remote_id } => {
+                    assert_eq!((peer, remote_id), (ac, 3));
+                    failed += 1;
+                }
+                Event::SendComplete { peer, result, .. } if peer == ab => {
+                    assert_eq!(result, Ok(()))
+                }
+                Event::SendComplete { peer, result, .. } => {
+                    assert_eq!((peer, result), (ac, Err(Failure::PeerUnreachable)))
+                }
+                e => panic!("{e:?}"),
+            }
+        }
+        t = Instant(t.0 + 200_000);
+        a.handle_timeout(t);
+    }
+    assert_eq!(failed, 1);
+    assert_eq!(delivered, 2_000, "B got everything while C failed");
+    let _ = ba;
+    // Remove C and reuse its slot for D: nothing stale reaches D.
+    a.remove_peer(t, ac);
+    let ad = a.add_peer(t, info(&cfg(4, 0)));
+    assert_eq!(ad, ac, "slot reused");
+    assert!(a.is_idle(ad));
+    a.submit_send(t, ad, 1, vec![1], Cookie(7)).unwrap();
+    let d = tx(&mut a, t, Channel::Priority);
+    assert_eq!(d.len(), 1);
+    assert_eq!(hdr(&d[0]).key, 4000);
+}
+
+#[test]
+fn get_answered_with_wrong_length_is_refused() {
+    let mut p = pair();
+    p.a.submit_get(us(0), p.ab, 1, 0, 2, 0, 10, Cookie(5))
+        .unwrap();
+    for d in tx(&mut p.a, us(0), Channel::Data) {
+        p.b.handle_datagram(us(10), Channel::Data, &d);
+    }
+    let req = match events(&mut p.b).as_slice() {
+        [Event::GetRequest { request, .. }] => *request,
+        e => panic!("{e:?}"),
+    };
+    p.b.answer_get(us(11), p.ba, req, Ok(vec![1; 9]));
+    p.b.answer_get(us(11), p.ba, req, Ok(vec![1; 10])); // a second answer is ignored
+    let d = tx(&mut p.b, us(11), Channel::Data);
+    assert_eq!(d.len(), 1);
+    assert_eq!(hdr(&d[0]).kind, Kind::GetRefuse);
+    assert_eq!(
+        p.a.handle_datagram(us(20), Channel::Data, &d[0]),
+        RxOutcome::Consumed
+    );
+    assert_eq!(
+        events(&mut p.a),
+        vec![Event::GetComplete {
+            peer: p.ab,
+            cookie: Cookie(5),
+            result: Err(Failure::RemoteRefused)
+        }]
+    );
+}
+
+#[test]
+fn config_errors_name_the_field() {
+    let bad = Config {
+        window: 0,
+        ..Config::default()
+    };
+    assert!(Engine::new(bad).unwrap_err().0.contains("window"));
+    let bad = Config {
+        data_mtu: 700,
+        ..Config::default()
+    };
+    assert!(Engine::new(bad).unwrap_err().0.contains("data_mtu"));
+    let e = Engine::new(Config::default()).unwrap();
+    assert_eq!((e.max_frag_payload(), e.max_tiny_payload()), (1440, 736));
+}
+
+#[test]
+fn put_refusal_lost_then_repaired_still_fails_the_put() {
+    let mut p = pair();
+    p.a.submit_put(us(0), p.ab, 9, 0, vec![1; 100], Cookie(3))
+        .unwrap();
+    let d = tx(&mut p.a, us(0), Channel::Data);
+    assert!(matches!(
+        p.b.handle_datagram(us(10), Channel::Data, &d[0]),
+        RxOutcome::Write { .. }
+    ));
+    p.b.refuse_write(us(10), p.ba);
+    // No acknowledgement may leave B before the refusal has its sequence number.
+    p.b.handle_timeout(us(100));
+    assert!(
+        tx(&mut p.b, us(100), Channel::Priority).is_empty(),
+        "ACK held behind the refusal"
+    );
+    let r = tx(&mut p.b, us(100), Channel::Data);
+    assert_eq!(r.len(), 1);
+    let h = hdr(&r[0]);
+    assert_eq!(h.kind, Kind::PutRefuse);
+    assert_eq!(h.ack.unwrap().snd_next, h.seq.wrapping_add(1));
+    // The refusal is lost. A retransmits the put at its timeout; B re-ACKs the duplicate.
+    p.a.handle_timeout(us(5_000));
+    let d2 = tx(&mut p.a, us(5_000), Channel::Data);
+    assert_eq!(
+        p.b.handle_datagram(us(5_010), Channel::Data, &d2[0]),
+        RxOutcome::Dropped(DropReason::Duplicate)
+    );
+    let ack = tx(&mut p.b, us(5_010), Channel::Priority);
+    assert_eq!(ack.len(), 1);
+    p.a.handle_datagram(us(5_020), Channel::Priority, &ack[0]);
+    assert!(
+        events(&mut p.a).is_empty(),
+        "acknowledged, but a refusal may be in flight: held"
+    );
+    assert!(!p.a.is_idle(p.ab));
+    // B's refusal is repaired; A learns the truth.
+    let t = p.b.poll_timeout().unwrap();
+    p.b.handle_timeout(t);
+    let r2 = tx(&mut p.b, t, Channel::Data);
+    assert_eq!(hdr(&r2[0]).kind, Kind::PutRefuse);
+    p.a.handle_datagram(Instant(t.0 + 10_000), Channel::Data, &r2[0]);
+    assert_eq!(
+        events(&mut p.a),
+        vec![Event::PutComplete {
+            peer: p.ab,
+            cookie: Cookie(3),
+            result: Err(Failure::RemoteRefused)
+        }]
+    );
+    assert!(p.a.is_idle(p.ab));
+}
+
+#[test]
+fn acknowledged_put_completes_once_the_barrier_is_passed() {
+    let mut p = pair();
+    // B has sent A a fragment that is still in flight when A's put gets acknowledged.
+    p.b.submit_send(us(0), p.ba, 1, vec![2; 1000], Cookie(1))
+        .unwrap();
+    let bf = tx(&mut p.b, us(0), Channel::Data);
+    p.a.submit_put(us(0), p.ab, 9, 0, vec![1; 100], Cookie(3))
+        .unwrap();
+    let d = tx(&mut p.a, us(0), Channel::Data);
+    p.b.handle_datagram(us(10), Channel::Data, &d[0]);
+    p.b.handle_timeout(us(40));
+    let ack = tx(&mut p.b, us(40), Channel::Priority);
+    p.a.handle_datagram(us(50), Channel::Priority, &ack[0]);
+    assert!(
+        events(&mut p.a).is_empty(),
+        "B's earlier segment not yet received: held"
+    );
+    assert!(matches!(
+        p.a.handle_datagram(us(60), Channel::Data, &bf[0]),
+        RxOutcome::Deliver { .. }
+    ));
+    assert_eq!(
+        events(&mut p.a),
+        vec![Event::PutComplete {
+            peer: p.ab,
+            cookie: Cookie(3),
+            result: Ok(())
+        }]
+    );
 }

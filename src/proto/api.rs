@@ -228,27 +228,51 @@ pub struct Transmit {
 /// Counters, readable at any time; monotonic.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
+    /// Datagrams returned by `poll_transmit` (everything: segments, resends, ACKs).
     pub sends: u64,
+    /// First transmissions of single-datagram fragments (`Frag`).
     pub frag_sends: u64,
+    /// First transmissions of every other sequenced segment (chunks, put/get data, requests,
+    /// refusals).
     pub chunk_sends: u64,
+    /// Retransmissions after a retransmit timeout.
     pub resends_timeout: u64,
+    /// Retransmissions by fast repair (loss inferred from acknowledgements).
     pub resends_fast: u64,
+    /// Standalone ACK datagrams sent.
     pub acks_alone: u64,
+    /// Owed ACKs that rode on an outgoing segment instead (each cancelled a standalone ACK).
     pub acks_piggybacked: u64,
+    /// Datagrams handed to `handle_datagram` (all, whatever the outcome).
     pub recvs: u64,
+    /// Sequenced segments received again (already received), dropped.
     pub dup_recvs: u64,
+    /// Segments further below the receive window than any sender can have in flight.
     pub oow_low_recvs: u64,
+    /// Segments beyond the receive window.
     pub oow_high_recvs: u64,
+    /// Datagrams rejected by the parser.
     pub malformed_recvs: u64,
+    /// Datagrams carrying another job's key.
     pub wrong_key_recvs: u64,
+    /// Datagrams from a `src` that is not a known peer.
     pub unknown_sender_recvs: u64,
+    /// Segments inconsistent with reassembly/GET state, dropped before being accepted.
     pub bad_chunk_recvs: u64,
+    /// `refuse_write` calls.
     pub refused_writes: u64,
+    /// Acknowledgement informations processed (standalone or piggy-backed).
     pub ack_recvs: u64,
+    /// ...of which acknowledged nothing new while data was outstanding.
     pub dup_acks: u64,
+    /// ...of which were older than what was already known (or acknowledged unsent data).
     pub old_acks: u64,
+    /// `poll_transmit` calls that found work but no credit.
     pub credits_exhausted: u64,
+    /// Bytes of the datagrams returned by `poll_transmit` (headers included).
     pub bytes_sent: u64,
+    /// Bytes of the datagrams from known, live peers with the right key (headers included).
     pub bytes_received: u64,
+    /// Peers reported in `Event::PeerFailed`.
     pub peers_failed: u64,
 }

@@ -7,6 +7,7 @@ use super::chunk::Reassembler;
 use super::fragment::OpSlab;
 use super::hotel::Hotel;
 use super::rtt::Rtt;
+use super::seq::Seq;
 use super::window::{RecvWindow, SendWindow};
 
 /// A GET issued by this side, waiting for its reply.
@@ -16,6 +17,15 @@ pub struct PendingGet {
     pub local_offset: u64,
     pub len: u64,
     pub got: u64,
+    pub cookie: Cookie,
+}
+
+/// A PUT fully acknowledged by an ACK whose `snd_next` had not yet been reached by our
+/// receive window: a refusal of it may still be on its way.
+#[derive(Clone, Debug)]
+pub struct HeldPut {
+    pub barrier: Seq,
+    pub id: u32,
     pub cookie: Cookie,
 }
 
@@ -53,6 +63,7 @@ pub struct Peer {
     /// Put ids in flight -> op index (for refusals).
     pub puts: HashMap<u32, u32>,
     pub gets: HashMap<u32, PendingGet>,
+    pub held_puts: Vec<HeldPut>,
 
     // --- receive direction
     pub rw: RecvWindow,
@@ -65,6 +76,9 @@ pub struct Peer {
     /// GET requests received, waiting for `answer_get`: request -> length.
     pub get_requests: HashMap<u32, u64>,
     pub last_refused_put: Option<u32>,
+    /// Put refusals queued without a sequence number yet: no acknowledgement information
+    /// leaves for this peer until they have one (see `wire::AckInfo::snd_next`).
+    pub refusals_unsent: u32,
 
     // --- membership of the engine's work lists
     pub in_prio_ready: bool,
@@ -99,12 +113,14 @@ impl Peer {
             next_request: 1,
             puts: HashMap::new(),
             gets: HashMap::new(),
+            held_puts: Vec::new(),
             ack_owed: false,
             ack_deadline: Instant(0),
             ack_due: false,
             reasm: Reassembler::default(),
             get_requests: HashMap::new(),
             last_refused_put: None,
+            refusals_unsent: 0,
             in_prio_ready: false,
             in_data_ready: false,
             in_resend_list: false,
@@ -126,6 +142,6 @@ impl Peer {
 
     /// Work is outstanding: something queued or unacknowledged.
     pub fn outstanding(&self) -> bool {
-        self.ops.live() > 0
+        self.ops.live() > 0 || !self.held_puts.is_empty()
     }
 }

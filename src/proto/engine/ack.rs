@@ -9,7 +9,7 @@
 
 use super::{finish_op, Engine};
 use crate::proto::api::*;
-use crate::proto::peer::Peer;
+use crate::proto::peer::{HeldPut, Peer};
 use crate::proto::seq::Seq;
 use crate::proto::window::{SegRec, SegState};
 use crate::proto::wire::AckInfo;
@@ -21,6 +21,7 @@ impl Engine {
         let peer = PeerId(pid);
         let p = self.peers[pid as usize].as_mut().expect("live");
         let cum_next = Seq(ack.cum).plus(1);
+        let barrier = Seq(ack.snd_next);
         let d = cum_next.diff(p.sw.una);
         if d < 0 || d as u16 > p.sw.in_flight() {
             // Older than what we know, or acknowledging what was never sent.
@@ -36,9 +37,9 @@ impl Engine {
             match rec.state {
                 SegState::InFlight => {
                     p.hotel.checkout(rec.room);
-                    delivered(p, peer, &rec, now, &mut self.events);
+                    delivered(p, peer, &rec, now, barrier, &mut self.events);
                 }
-                SegState::Lost => delivered(p, peer, &rec, now, &mut self.events),
+                SegState::Lost => delivered(p, peer, &rec, now, barrier, &mut self.events),
                 SegState::Sacked | SegState::Free => {}
             }
         }
@@ -58,7 +59,7 @@ impl Engine {
                 SegState::Sacked | SegState::Free => return,
             }
             p.sw.get_mut(s).state = SegState::Sacked;
-            delivered(p, peer, &rec, now, events);
+            delivered(p, peer, &rec, now, barrier, events);
             sack_new = true;
         };
         let mut bits = ack.sack;
@@ -91,7 +92,14 @@ impl Engine {
 
 /// A segment reached the peer (first time we learn it): RTT sample (Karn), RACK state, and
 /// the op's accounting.
-fn delivered(p: &mut Peer, peer: PeerId, rec: &SegRec, now: Instant, events: &mut VecDeque<Event>) {
+fn delivered(
+    p: &mut Peer,
+    peer: PeerId,
+    rec: &SegRec,
+    now: Instant,
+    barrier: Seq,
+    events: &mut VecDeque<Event>,
+) {
     let rtt = now.0.saturating_sub(rec.sent_at.0);
     if !rec.retx {
         p.rtt.sample(rtt);
@@ -120,6 +128,15 @@ fn delivered(p: &mut Peer, peer: PeerId, rec: &SegRec, now: Instant, events: &mu
             let op = p.ops.remove(rec.op).expect("present");
             if matches!(op.kind, crate::proto::fragment::OpKind::Put { .. }) {
                 p.puts.remove(&id);
+                if !op.reported && p.rw.next().diff(barrier) < 0 {
+                    // The peer may have refused it in a segment we have not received yet.
+                    p.held_puts.push(HeldPut {
+                        barrier,
+                        id,
+                        cookie: op.cookie,
+                    });
+                    return;
+                }
             }
             finish_op(peer, op, Ok(()), events);
         }

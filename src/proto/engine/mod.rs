@@ -88,7 +88,9 @@ impl Engine {
     }
 
     /// Registers a remote module. Its data-channel datagrams are sized
-    /// `min(data_mtu, remote_data_mtu)`, never below `priority_mtu`.
+    /// `min(data_mtu, remote_data_mtu)`, never below `priority_mtu`. Datagrams are matched to
+    /// peers by `remote_id`; registering a second peer with the same id redirects them to it.
+    /// Slots of removed peers are reused.
     pub fn add_peer(&mut self, now: Instant, info: PeerInfo) -> PeerId {
         self.commit_write();
         self.touch(now);
@@ -254,6 +256,14 @@ impl Engine {
                 result: Err(Failure::PeerUnreachable),
             });
         }
+        for h in p.held_puts.drain(..) {
+            self.events.push_back(Event::PutComplete {
+                peer,
+                cookie: h.cookie,
+                result: Err(Failure::PeerUnreachable),
+            });
+        }
+        p.refusals_unsent = 0;
         p.puts.clear();
         p.prio_q.clear();
         p.data_q.clear();
@@ -271,6 +281,12 @@ impl Engine {
         }
     }
 }
+
+// The edges keep the engine inside a lock shared by threads.
+const _: fn() = || {
+    fn assert_send<T: Send>() {}
+    assert_send::<Engine>();
+};
 
 /// Reports an op's completion (if its kind reports one).
 fn finish_op(peer: PeerId, op: Op, result: Result<(), Failure>, events: &mut VecDeque<Event>) {

@@ -88,6 +88,9 @@ impl Engine {
                     p.ack_owed = true;
                     p.ack_deadline = now + self.cfg.ack_delay;
                 }
+                if h.kind != Kind::PutRefuse {
+                    self.release_held_puts(pid);
+                }
                 if new_hole || fills_gap {
                     // A gap just opened or closed: tell the sender at once, so it repairs
                     // quickly and does not take a reordered segment for a lost one.
@@ -181,18 +184,24 @@ impl Engine {
                 }
             }
             Kind::PutRefuse => {
-                if let Some(idx) = p.puts.remove(&h.id) {
-                    if let Some(op) = p.ops.get_mut(idx) {
-                        if !op.reported {
-                            op.reported = true;
-                            self.events.push_back(Event::PutComplete {
-                                peer,
-                                cookie: op.cookie,
-                                result: Err(Failure::RemoteRefused),
-                            });
-                        }
-                    }
+                let refused = if let Some(idx) = p.puts.remove(&h.id) {
+                    p.ops.get_mut(idx).filter(|op| !op.reported).map(|op| {
+                        op.reported = true;
+                        op.cookie
+                    })
+                } else if let Some(i) = p.held_puts.iter().position(|x| x.id == h.id) {
+                    Some(p.held_puts.remove(i).cookie)
+                } else {
+                    None
+                };
+                if let Some(cookie) = refused {
+                    self.events.push_back(Event::PutComplete {
+                        peer,
+                        cookie,
+                        result: Err(Failure::RemoteRefused),
+                    });
                 }
+                self.release_held_puts(pid);
                 RxOutcome::Consumed
             }
             Kind::GetRefuse => {
@@ -206,5 +215,27 @@ impl Engine {
                 RxOutcome::Consumed
             }
         }
+    }
+
+    /// Completes the held PUTs whose barrier the receive window has now passed.
+    fn release_held_puts(&mut self, pid: u32) {
+        let p = self.peers[pid as usize].as_mut().expect("live");
+        if p.held_puts.is_empty() {
+            return;
+        }
+        let next = p.rw.next();
+        let events = &mut self.events;
+        p.held_puts.retain(|h| {
+            if next.diff(h.barrier) >= 0 {
+                events.push_back(Event::PutComplete {
+                    peer: PeerId(pid),
+                    cookie: h.cookie,
+                    result: Ok(()),
+                });
+                false
+            } else {
+                true
+            }
+        });
     }
 }

@@ -191,8 +191,15 @@ impl Engine {
                 // One refusal per put is enough; its other chunks are refused silently.
                 if p.last_refused_put != Some(id) {
                     p.last_refused_put = Some(id);
+                    p.refusals_unsent += 1;
+                    if !p.outstanding() {
+                        p.last_progress = now;
+                    }
                     let op = Self::new_op(OpKind::PutRefuse, Vec::new(), 0, id, Cookie(0));
-                    self.enqueue(now, pid, op, false);
+                    // First in line: acknowledgements are held until it has a sequence number.
+                    let idx = p.ops.insert(op);
+                    p.data_q.push_front(idx);
+                    self.ensure_ready(pid);
                 }
             }
             Some(LastWrite::Get {

@@ -67,7 +67,8 @@ impl Engine {
                 continue;
             };
             p.in_ack_list = false;
-            if p.failed || !p.ack_due {
+            if p.failed || !p.ack_due || p.refusals_unsent > 0 {
+                // (Held ACK information leaves on the refusal itself.)
                 continue;
             }
             let mut h = Header::new(Kind::Ack);
@@ -156,6 +157,9 @@ impl Engine {
                 room,
             };
             p.sw.push(rec);
+            if kind == Kind::PutRefuse {
+                p.refusals_unsent = p.refusals_unsent.saturating_sub(1);
+            }
             let n = emit_segment(p, self.cfg.local_id, seq, &rec, buf, &mut self.stats);
             if kind == Kind::Frag {
                 self.stats.frag_sends += 1;
@@ -227,6 +231,7 @@ fn ack_info(p: &Peer) -> AckInfo {
     AckInfo {
         cum: p.rw.cum(),
         sack: p.rw.sack_word(0) as u32,
+        snd_next: p.sw.next.0,
     }
 }
 
@@ -249,7 +254,8 @@ fn emit_segment(
     h.src = local_id;
     h.key = p.info.remote_key;
     h.payload_len = rec.len as u16;
-    h.ack = Some(ack_info(p));
+    let hold = p.refusals_unsent > 0;
+    h.ack = if hold { None } else { Some(ack_info(p)) };
     match op.kind {
         OpKind::Send { tag, chunked } => {
             h.tag = tag;
@@ -282,7 +288,7 @@ fn emit_segment(
     let n = h.emit(buf);
     let (o, l) = (rec.off as usize, rec.len as usize);
     buf[n..n + l].copy_from_slice(&op.data[o..o + l]);
-    if p.ack_owed {
+    if p.ack_owed && !hold {
         p.ack_owed = false;
         p.ack_due = false;
         stats.acks_piggybacked += 1;

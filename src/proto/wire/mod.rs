@@ -77,6 +77,11 @@ pub struct AckInfo {
     pub cum: u16,
     /// Bit i set: segment `cum + 2 + i` has been received (`cum + 1` is missing by definition).
     pub sack: u32,
+    /// The sender's next sequence number when it wrote this acknowledgement: every segment
+    /// it had sent (or reserved) by then is below. Acknowledgements are only final for an
+    /// emulated PUT once the receiver of this ACK has received everything below it (a
+    /// refusal may be among them).
+    pub snd_next: u16,
 }
 
 /// A parsed (or to-be-emitted) header.
@@ -156,7 +161,7 @@ impl Header {
         put64(b, OFF_SRC, self.src);
         put64(b, OFF_KEY, self.key);
         put16(b, OFF_PAYLOAD_LEN, self.payload_len);
-        put16(b, OFF_RESERVED0, 0);
+        put16(b, OFF_SND_NEXT, ack.snd_next);
         put32(b, OFF_SACK, ack.sack);
         if n >= MSG_LEN {
             put32(b, OFF_ID, self.id);
@@ -195,10 +200,15 @@ pub fn parse(dg: &[u8]) -> Result<(Header, core::ops::Range<usize>), ParseError>
     h.seq = get16(dg, OFF_SEQ);
     let cum = get16(dg, OFF_ACK);
     let sack = get32(dg, OFF_SACK);
+    let snd_next = get16(dg, OFF_SND_NEXT);
     h.ack = if flags & FLAG_ACK != 0 {
-        Some(AckInfo { cum, sack })
+        Some(AckInfo {
+            cum,
+            sack,
+            snd_next,
+        })
     } else {
-        if cum != 0 || sack != 0 {
+        if cum != 0 || sack != 0 || snd_next != 0 {
             return Err(ParseError::Reserved);
         }
         None
@@ -206,9 +216,6 @@ pub fn parse(dg: &[u8]) -> Result<(Header, core::ops::Range<usize>), ParseError>
     h.src = get64(dg, OFF_SRC);
     h.key = get64(dg, OFF_KEY);
     h.payload_len = get16(dg, OFF_PAYLOAD_LEN);
-    if get16(dg, OFF_RESERVED0) != 0 {
-        return Err(ParseError::Reserved);
-    }
     if hl >= MSG_LEN {
         h.id = get32(dg, OFF_ID);
         h.total = get32(dg, OFF_TOTAL);

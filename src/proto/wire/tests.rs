@@ -6,6 +6,7 @@ pub(crate) fn samples() -> Vec<Vec<u8>> {
     let ack = Some(AckInfo {
         cum: 65530,
         sack: 0xdead_beef,
+        snd_next: 4321,
     });
     let mk = |h: Header, payload: &[u8]| {
         let mut b = vec![0u8; h.header_len() + payload.len()];
@@ -117,7 +118,10 @@ fn field_rules() {
     assert!(bad(s[1].clone(), OFF_KIND, 0));
     assert!(bad(s[1].clone(), OFF_KIND, 9));
     assert!(bad(s[1].clone(), OFF_FLAGS, 2));
-    assert!(bad(s[1].clone(), OFF_RESERVED0, 1));
+    assert!(
+        bad(s[2].clone(), OFF_SND_NEXT, 1),
+        "snd_next must be 0 without the ACK flag"
+    );
     assert!(bad(s[2].clone(), OFF_RESERVED1 + 3, 1));
     // ack fields must be zero without the flag
     assert!(bad(s[2].clone(), OFF_ACK, 1));
