@@ -33,6 +33,15 @@ enum RxState {
     Queued,
 }
 
+/// A fresh `requested_key` for `fi_mr_reg`. Without `FI_MR_PROV_KEY` the application picks
+/// the keys and they must be unique within the domain: registering the receive and send slabs
+/// both with key 0 fails with `-FI_ENOKEY` (found by the emulated-registration test). Keys are
+/// only ever used locally, so a process-wide counter is enough.
+fn next_mr_key() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 /// CQ entries fetched per `fi_cq_read`.
 const CQ_BATCH: usize = 64;
 
@@ -64,6 +73,8 @@ pub(crate) struct ChannelRes {
     pub(crate) mtu: usize,
     /// The endpoint's bound address (network-order fields, as from getsockname).
     pub(crate) name: libc::sockaddr_in,
+    /// (SO_RCVBUF, SO_SNDBUF) of the endpoint's socket after sizing (udp provider only).
+    pub(crate) socket_buffers: Option<(usize, usize)>,
     tx_free: Vec<u32>,
     tx_state: Vec<TxState>,
     rx_state: Vec<RxState>,
@@ -79,6 +90,7 @@ impl ChannelRes {
         sizes: Sizes,
         need_mr: bool,
         prefix: usize,
+        tune_socket: bool,
     ) -> Result<ChannelRes, FabricError> {
         let mut attr = sys::fi_cq_attr {
             size: sizes.cq,
@@ -138,6 +150,12 @@ impl ChannelRes {
             ));
         }
 
+        let socket_buffers = if tune_socket {
+            super::sockbuf::size_for(&name, sizes.mtu, sizes.sd, sizes.rd)
+        } else {
+            None
+        };
+
         // Receive buffers get one spare byte: a datagram longer than the MTU fills it, which is
         // how an oversized (and, by the provider, silently truncated) datagram is detected.
         let rx = Slab::new(sizes.rd, prefix + sizes.mtu + 1);
@@ -158,6 +176,7 @@ impl ChannelRes {
                         slab.base().cast(),
                         slab.bytes(),
                         access,
+                        next_mr_key(),
                         &mut mr,
                     )
                 })?;
@@ -179,6 +198,7 @@ impl ChannelRes {
             prefix,
             mtu: sizes.mtu,
             name,
+            socket_buffers,
             tx_free: (0..sizes.sd as u32).rev().collect(),
             tx_state: vec![TxState::Free; sizes.sd],
             rx_state: vec![RxState::Queued; sizes.rd],

@@ -55,6 +55,16 @@ pub enum Completion {
     },
 }
 
+/// Provider requirements to emulate (see `Module::open_emulating`; tests only).
+#[doc(hidden)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct Emulate {
+    /// Register the buffers and pass their descriptors, as for `FI_MR_LOCAL`.
+    pub local_mr: bool,
+    /// Reserve this many prefix bytes before every payload, as for `FI_MSG_PREFIX`.
+    pub msg_prefix: usize,
+}
+
 /// One device opened: fabric, domain, AV, and two channels [Priority, Data], each an FI_EP_DGRAM
 /// endpoint with its own CQ, posted receive buffers and send buffers.
 pub struct Module {
@@ -127,6 +137,26 @@ impl Module {
     /// registered only when the provider asks for local registration (`FI_MR_LOCAL`); a
     /// provider with `FI_MSG_PREFIX` gets its prefix reserved before every payload.
     pub fn open(dev: &DeviceInfo, cfg: &FabricConfig) -> Result<Module, FabricError> {
+        Self::open_with(dev, cfg, Emulate::default())
+    }
+
+    /// Test hook: open as if the provider demanded local registration and/or a message prefix,
+    /// so those code paths run on the `udp` provider (which asks for neither). Both sides of
+    /// an exchange must use the same prefix, since `udp` really sends the prefix bytes.
+    #[doc(hidden)]
+    pub fn open_emulating(
+        dev: &DeviceInfo,
+        cfg: &FabricConfig,
+        emulate: Emulate,
+    ) -> Result<Module, FabricError> {
+        Self::open_with(dev, cfg, emulate)
+    }
+
+    fn open_with(
+        dev: &DeviceInfo,
+        cfg: &FabricConfig,
+        emulate: Emulate,
+    ) -> Result<Module, FabricError> {
         let data_mtu = if cfg.mtu_cap > 0 {
             dev.mtu.min(cfg.mtu_cap)
         } else {
@@ -176,12 +206,13 @@ impl Module {
             cq: cq_len(cfg.cq_num, prio_sd, prio_rd)?,
             mtu: prio_mtu,
         };
-        let need_mr =
-            info.mode & sys::FI_LOCAL_MR != 0 || dom_attr.mr_mode & sys::FI_MR_LOCAL as i32 != 0;
+        let need_mr = emulate.local_mr
+            || info.mode & sys::FI_LOCAL_MR != 0
+            || dom_attr.mr_mode & sys::FI_MR_LOCAL as i32 != 0;
         let prefix = if info.mode & sys::FI_MSG_PREFIX != 0 {
             ep_attr.msg_prefix_size
         } else {
-            0
+            emulate.msg_prefix
         };
 
         let mut fabric: *mut sys::fid_fabric = std::ptr::null_mut();
@@ -212,8 +243,9 @@ impl Module {
         let av = Fid::new(av, "av")
             .ok_or_else(|| FabricError::invalid("fi_av_open", "returned NULL"))?;
 
-        let priority = ChannelRes::open(&domain, &av, &owned, prio, need_mr, prefix)?;
-        let data = ChannelRes::open(&domain, &av, &owned, data, need_mr, prefix)?;
+        let udp = dev.provider == "udp";
+        let priority = ChannelRes::open(&domain, &av, &owned, prio, need_mr, prefix, udp)?;
+        let data = ChannelRes::open(&domain, &av, &owned, data, need_mr, prefix, udp)?;
         let ipv4 = Ipv4Addr::from(u32::from_be(data.name.sin_addr.s_addr));
         tracing::debug!(
             "usnic module {} {ipv4}: priority port {} (mtu {prio_mtu}, sd {prio_sd}, rd {prio_rd}), data port {} (mtu {data_mtu}, sd {sd}, rd {rd}), mr {need_mr}, prefix {prefix}",
@@ -255,6 +287,12 @@ impl Module {
     /// priority channel, the device's `mtu` for the data channel.
     pub fn channel_mtu(&self, ch_: Channel) -> usize {
         self.channels[ch(ch_)].mtu
+    }
+
+    /// (SO_RCVBUF, SO_SNDBUF) in bytes, as the kernel reports them, of channel `ch`'s socket
+    /// after the edge sized it (udp provider only; None when not found or another provider).
+    pub fn socket_buffers(&self, c: Channel) -> Option<(usize, usize)> {
+        self.channels[ch(c)].socket_buffers
     }
 
     /// Number of send buffers of channel `ch` (= its send credits).

@@ -65,17 +65,28 @@ pub unsafe fn endpoint(dom: *mut fid_domain, info: *mut fi_info, ep: *mut *mut f
     op!((*dom).ops, endpoint(dom, info, ep, null_mut()))
 }
 
-/// `fi_mr_reg(domain, buf, len, access, 0, 0, 0, &mr, NULL)`.
+/// `fi_mr_reg(domain, buf, len, access, 0, requested_key, 0, &mr, NULL)`.
 pub unsafe fn mr_reg(
     dom: *mut fid_domain,
     buf: *const c_void,
     len: usize,
     access: u64,
+    requested_key: u64,
     mr: *mut *mut fid_mr,
 ) -> i64 {
     op!(
         (*dom).mr,
-        reg(&mut (*dom).fid, buf, len, access, 0, 0, 0, mr, null_mut())
+        reg(
+            &mut (*dom).fid,
+            buf,
+            len,
+            access,
+            0,
+            requested_key,
+            0,
+            mr,
+            null_mut()
+        )
     )
 }
 

@@ -1,0 +1,317 @@
+//! The raw libfabric datagram floor: what the fabric edge alone achieves over the `udp`
+//! provider, with NO reliability (no sequence numbers, ACKs or retransmission), between two
+//! threads of one process, each owning one `Module`. Run: `cargo bench --bench raw_datagram`.
+//!
+//! - ping-pong: one-way latency (half the round trip) for a tiny datagram on the priority and
+//!   data channels and a full-MTU one on the data channel, at the BTL's datagram sizes;
+//! - streaming: full-MTU datagrams on the data channel with at most `WINDOW` in flight (the
+//!   receiver's count is shared through an atomic, standing in for credits), and a blast with
+//!   no flow control at all, which shows how much an unreliable sender loses.
+//!
+//! - for reference, libfabric's own `fi_pingpong -p udp -e dgram -S 8` (when installed) on the
+//!   same address in the same run, and the ratio of this floor's 8-byte mean to it.
+//!
+//! Devices: the one the BTL would use by default (first non-loopback interface; traffic
+//! between two endpoints on this host is looped back by the kernel anyway) and `lo`.
+//! `USNIC_BENCH_ITERS` sets the ping-pong iterations (default 10000).
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use usnic_rs::fabric::{
+    discover, now, parse_if_list, Completion, DeviceInfo, FabricConfig, Module, PeerAddr,
+};
+use usnic_rs::proto::Channel;
+
+const WARMUP: usize = 1_000;
+const WINDOW: u64 = 64;
+const STREAM_COUNT: u64 = 20_000;
+
+/// Busy-polls `ch` until a datagram arrives; reposts it at once. Returns its length.
+fn wait_recv(m: &mut Module, ch: Channel, out: &mut Vec<Completion>) -> usize {
+    loop {
+        out.clear();
+        m.poll(ch, 16, out).expect("poll");
+        if out.is_empty() {
+            // Busy-poll, but let the peer thread run when the cores are oversubscribed.
+            thread::yield_now();
+        }
+        for c in out.iter() {
+            match *c {
+                Completion::Recv { buf, len } => {
+                    m.repost(ch, buf);
+                    m.flush_reposts().expect("repost");
+                    return len;
+                }
+                Completion::SendDone { .. } => {}
+                Completion::Error { ref error, .. } => panic!("{error}"),
+            }
+        }
+    }
+}
+
+/// Sends `len` bytes, polling for send credits when none is free.
+fn send(m: &mut Module, ch: Channel, to: &PeerAddr, len: usize, out: &mut Vec<Completion>) {
+    loop {
+        if let Some((id, buf)) = m.tx_buffer(ch) {
+            buf[..len.min(8)].fill(0xab);
+            match m.post_send(ch, id, len, to) {
+                Ok(()) => return,
+                Err(e) if e.is_would_block() => m.release_tx(ch, id),
+                Err(e) => panic!("{e}"),
+            }
+        }
+        out.clear();
+        m.poll(ch, 64, out).expect("poll");
+        assert!(
+            out.iter().all(|c| matches!(c, Completion::SendDone { .. })),
+            "unexpected {out:?}"
+        );
+    }
+}
+
+fn pair(dev: &DeviceInfo, cfg: &FabricConfig) -> (Module, PeerAddr, Module, PeerAddr) {
+    let mut a = Module::open(dev, cfg).expect("open a");
+    let mut b = Module::open(dev, cfg).expect("open b");
+    let to_b = a.insert_peer(&b.local_address()).expect("insert b");
+    let to_a = b.insert_peer(&a.local_address()).expect("insert a");
+    (a, to_b, b, to_a)
+}
+
+/// Half round-trip times in ns, sorted.
+fn pingpong(
+    dev: &DeviceInfo,
+    cfg: &FabricConfig,
+    ch: Channel,
+    len: usize,
+    iters: usize,
+) -> Vec<u64> {
+    let (mut a, to_b, mut b, to_a) = pair(dev, cfg);
+    let total = WARMUP + iters;
+    let echo = thread::spawn(move || {
+        let mut out = Vec::new();
+        for _ in 0..total {
+            let n = wait_recv(&mut b, ch, &mut out);
+            send(&mut b, ch, &to_a, n, &mut out);
+        }
+    });
+    let mut out = Vec::new();
+    let mut samples = Vec::with_capacity(iters);
+    for i in 0..total {
+        let t0 = now();
+        send(&mut a, ch, &to_b, len, &mut out);
+        let n = wait_recv(&mut a, ch, &mut out);
+        assert_eq!(n, len);
+        if i >= WARMUP {
+            samples.push((now().0 - t0.0) / 2);
+        }
+    }
+    echo.join().expect("echo thread");
+    samples.sort_unstable();
+    samples
+}
+
+/// (datagrams delivered, seconds) for `count` datagrams of `len` bytes, window-limited when
+/// `window` is Some.
+fn stream(
+    dev: &DeviceInfo,
+    cfg: &FabricConfig,
+    len: usize,
+    count: u64,
+    window: Option<u64>,
+) -> (u64, f64) {
+    let (mut a, to_b, mut b, _) = pair(dev, cfg);
+    let received = Arc::new(AtomicU64::new(0));
+    let sender_done = Arc::new(AtomicBool::new(false));
+    let (r, done) = (received.clone(), sender_done.clone());
+    let rx = thread::spawn(move || {
+        let mut out = Vec::new();
+        let mut n = 0u64;
+        let mut last = now();
+        loop {
+            out.clear();
+            b.poll(Channel::Data, 64, &mut out).expect("poll");
+            for c in &out {
+                if let Completion::Recv { buf, .. } = *c {
+                    b.repost(Channel::Data, buf);
+                    n += 1;
+                }
+            }
+            if out.is_empty() {
+                thread::yield_now();
+            } else {
+                b.flush_reposts().expect("repost");
+                r.store(n, Ordering::Release);
+                last = now();
+            }
+            // Done when all arrived, or 200 ms after the sender finished with nothing new.
+            if n == count || (done.load(Ordering::Acquire) && now().0 - last.0 > 200_000_000) {
+                return (n, last);
+            }
+        }
+    });
+    let mut out = Vec::new();
+    let start = now();
+    for sent in 0..count {
+        if let Some(w) = window {
+            while sent - received.load(Ordering::Acquire) >= w {
+                thread::yield_now();
+            }
+        }
+        send(&mut a, Channel::Data, &to_b, len, &mut out);
+    }
+    sender_done.store(true, Ordering::Release);
+    let (n, last) = rx.join().expect("receiver thread");
+    (n, (last.0 - start.0) as f64 / 1e9)
+}
+
+fn pct(s: &[u64], p: f64) -> f64 {
+    s[((s.len() - 1) as f64 * p) as usize] as f64 / 1000.0
+}
+
+/// A free TCP port for fi_pingpong's control connection (so parallel runs do not collide).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or(47592)
+}
+
+/// `fi_pingpong -p udp -e dgram -S 8` between a server and a client on `addr`: its one-way
+/// `usec/xfer`, or None when the tool is missing, fails or takes longer than a minute.
+fn fi_pingpong(addr: std::net::Ipv4Addr, iters: usize) -> Option<f64> {
+    use std::process::{Command, Stdio};
+    let port = free_port().to_string();
+    let it = iters.to_string();
+    let args = ["-p", "udp", "-e", "dgram", "-S", "8", "-I", &it];
+    let mut server = Command::new("fi_pingpong")
+        .args(args)
+        .args(["-B", &port])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    thread::sleep(std::time::Duration::from_millis(300));
+    let mut client = Command::new("fi_pingpong")
+        .args(args)
+        .args(["-P", &port, &addr.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let ok = loop {
+        match client.try_wait() {
+            Ok(Some(st)) => break st.success(),
+            Ok(None) if std::time::Instant::now() < deadline => {
+                thread::sleep(std::time::Duration::from_millis(50))
+            }
+            _ => break false,
+        }
+    };
+    let _ = client.kill();
+    let _ = server.kill();
+    let _ = server.wait();
+    let out = client.wait_with_output().ok()?;
+    if !ok {
+        return None;
+    }
+    // Table: bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row = text
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some("8"))?;
+    row.split_whitespace().nth(6)?.parse().ok()
+}
+
+fn bench_device(label: &str, dev: &DeviceInfo, cfg: &FabricConfig, iters: usize) {
+    let probe = Module::open(dev, cfg).expect("open");
+    let (prio_mtu, data_mtu) = (
+        probe.channel_mtu(Channel::Priority),
+        probe.channel_mtu(Channel::Data),
+    );
+    drop(probe);
+    println!(
+        "\n== {label}: {} {} (interface MTU {}, data datagram {data_mtu} B, priority {prio_mtu} B)",
+        dev.name, dev.ipv4, dev.if_mtu
+    );
+    println!(
+        "{:<34} {:>10} {:>10} {:>10}",
+        "ping-pong one-way latency", "p50 us", "p99 us", "mean us"
+    );
+    let mut data8_mean = 0.0;
+    for (name, ch, len) in [
+        ("priority, 8 B", Channel::Priority, 8),
+        ("data, 8 B", Channel::Data, 8),
+        ("priority, full MTU", Channel::Priority, prio_mtu),
+        ("data, full MTU", Channel::Data, data_mtu),
+    ] {
+        let s = pingpong(dev, cfg, ch, len, iters);
+        let mean = s.iter().sum::<u64>() as f64 / s.len() as f64 / 1000.0;
+        if ch == Channel::Data && len == 8 {
+            data8_mean = mean;
+        }
+        println!(
+            "{:<34} {:>10.2} {:>10.2} {:>10.2}",
+            format!("{name} ({len} B)"),
+            pct(&s, 0.5),
+            pct(&s, 0.99),
+            mean
+        );
+    }
+    match fi_pingpong(dev.ipv4, iters) {
+        Some(us) => println!(
+            "{:<34} {:>10} {:>10} {:>10.2}   (data 8 B mean / fi_pingpong = {:.2})",
+            "fi_pingpong -p udp -e dgram, 8 B",
+            "-",
+            "-",
+            us,
+            data8_mean / us
+        ),
+        None => println!(
+            "(fi_pingpong -p udp -e dgram unavailable or failed on {})",
+            dev.ipv4
+        ),
+    }
+    println!(
+        "{:<34} {:>10} {:>10} {:>10}",
+        "streaming, data channel", "MB/s", "kdgram/s", "delivered"
+    );
+    for (name, window) in [
+        (format!("window {WINDOW}"), Some(WINDOW)),
+        ("blast, no flow control".to_string(), None),
+    ] {
+        let (n, secs) = stream(dev, cfg, data_mtu, STREAM_COUNT, window);
+        println!(
+            "{:<34} {:>10.1} {:>10.1} {:>9.2}%",
+            format!("{name} ({data_mtu} B)"),
+            n as f64 * data_mtu as f64 / secs / 1e6,
+            n as f64 / secs / 1e3,
+            100.0 * n as f64 / STREAM_COUNT as f64
+        );
+    }
+}
+
+fn main() {
+    let iters = std::env::var("USNIC_BENCH_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    println!(
+        "raw libfabric datagram floor (udp provider, no reliability), {iters} ping-pongs per row"
+    );
+    let default = FabricConfig::default();
+    match discover(&default).expect("discover").into_iter().next() {
+        Some(dev) => bench_device("BTL default device", &dev, &default, iters),
+        None => println!("(no non-loopback interface: skipping the BTL default device)"),
+    }
+    let lo = FabricConfig {
+        if_include: parse_if_list("lo").expect("lo"),
+        ..Default::default()
+    };
+    let dev = discover(&lo)
+        .expect("discover")
+        .into_iter()
+        .next()
+        .expect("lo via udp");
+    bench_device("loopback", &dev, &lo, iters);
+}

@@ -1,0 +1,102 @@
+//! Kernel socket buffers of the `udp` provider's endpoints.
+//!
+//! The provider leaves its UDP sockets at the kernel defaults (`net.core.rmem_default`,
+//! 212992 bytes here). A datagram is charged to the receive buffer with its kernel overhead
+//! (measured: a 64-datagram window of 65507-byte datagrams on `lo` lost 0.3% with the default
+//! buffer because only about three such datagrams fit in it), so a burst that arrives while the
+//! receiver is not polling is dropped long before the posted receive buffers run out. libfabric
+//! offers no way to size them, so the edge finds the endpoint's socket among the process's
+//! descriptors by its bound address and raises `SO_RCVBUF` / `SO_SNDBUF` to hold the channel's
+//! posted receives / send credits (never lowering them; the kernel caps the request at
+//! `net.core.rmem_max` / `wmem_max`). Best effort: on failure the defaults stay.
+use std::os::fd::RawFd;
+
+/// Bytes a datagram of `mtu` payload costs in a socket buffer, roughly (payload + skb overhead).
+fn charge(mtu: usize) -> usize {
+    mtu + 1024
+}
+
+/// This process's IPv4 UDP socket bound to exactly `name`, if any.
+pub(crate) fn find_socket(name: &libc::sockaddr_in) -> Option<RawFd> {
+    for entry in std::fs::read_dir("/proc/self/fd").ok()? {
+        let Some(fd) = entry
+            .ok()
+            .and_then(|e| e.file_name().to_str()?.parse::<RawFd>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: sockaddr_in is plain data; all-zero is valid.
+        let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        // SAFETY: getsockname on any fd is harmless (ENOTSOCK for non-sockets); sa/len are a
+        // writable sockaddr_in and its size.
+        let ok =
+            unsafe { libc::getsockname(fd, (&mut sa as *mut libc::sockaddr_in).cast(), &mut len) }
+                == 0;
+        if ok
+            && len as usize == std::mem::size_of::<libc::sockaddr_in>()
+            && sa.sin_family == name.sin_family
+            && sa.sin_port == name.sin_port
+            && sa.sin_addr.s_addr == name.sin_addr.s_addr
+            && sock_type(fd) == Some(libc::SOCK_DGRAM)
+        {
+            return Some(fd);
+        }
+    }
+    None
+}
+
+fn sock_type(fd: RawFd) -> Option<i32> {
+    get_int(fd, libc::SO_TYPE)
+}
+
+fn get_int(fd: RawFd, opt: i32) -> Option<i32> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: v/len are a writable int and its size.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            opt,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some(v)
+}
+
+/// Raise `opt` (SO_RCVBUF or SO_SNDBUF) of `fd` to at least `want` bytes; returns the
+/// resulting size as the kernel reports it.
+fn grow(fd: RawFd, opt: i32, want: usize) -> Option<usize> {
+    let cur = get_int(fd, opt)? as usize;
+    // The kernel reports twice the requested value (its bookkeeping overhead).
+    if cur / 2 < want {
+        let v = want.min(i32::MAX as usize) as libc::c_int;
+        // SAFETY: fd is a socket; v is a valid int option value.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+    }
+    get_int(fd, opt).map(|v| v as usize)
+}
+
+/// Sizes the socket of the endpoint bound to `name` for `rd` posted receives and `sd` sends of
+/// `mtu` bytes. Returns (SO_RCVBUF, SO_SNDBUF) as the kernel reports them, if the socket was found.
+pub(crate) fn size_for(
+    name: &libc::sockaddr_in,
+    mtu: usize,
+    sd: usize,
+    rd: usize,
+) -> Option<(usize, usize)> {
+    let fd = find_socket(name)?;
+    let rcv = grow(fd, libc::SO_RCVBUF, rd.saturating_mul(charge(mtu)))?;
+    let snd = grow(fd, libc::SO_SNDBUF, sd.saturating_mul(charge(mtu)))?;
+    Some((rcv, snd))
+}
