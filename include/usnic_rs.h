@@ -48,6 +48,7 @@ typedef struct {
   int window;
   int verbose;
   bool ack_thread;
+  int rto_min;
 } usnic_rs_params_t;
 
 /*

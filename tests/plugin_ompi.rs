@@ -177,6 +177,7 @@ fn every_parameter_has_help() {
         ("window", "4096"),
         ("verbose", "0"),
         ("ack_thread", "true"),
+        ("rto_min", "0"),
     ];
     for (name, value) in expected {
         let p = format!("mca:btl:usnic:param:btl_usnic_{name}:");

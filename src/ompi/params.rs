@@ -45,6 +45,7 @@ pub struct usnic_rs_params_t {
     pub window: c_int,
     pub verbose: c_int,
     pub ack_thread: bool,
+    pub rto_min: c_int,
 }
 
 /// Validated parameters.
@@ -78,6 +79,8 @@ pub struct Settings {
     pub window: u16,
     pub verbose: u32,
     pub ack_thread: bool,
+    /// 0 = the core's default floor.
+    pub rto_min_us: u64,
 }
 
 /// Default priority-channel MTU, the original's `max_tiny_msg_size`.
@@ -216,6 +219,7 @@ impl Settings {
             window: window as u16,
             verbose: at_least("verbose", p.verbose, 0)? as u32,
             ack_thread: p.ack_thread,
+            rto_min_us: at_least("rto_min", p.rto_min, 0)? as u64,
         })
     }
 
@@ -223,22 +227,19 @@ impl Settings {
     pub fn engine_config(&self, data_mtu: usize, priority_mtu: usize) -> Config {
         let d = Config::default();
         let rto_initial = Duration::from_micros(self.retrans_timeout_us);
+        let floor = if self.rto_min_us == 0 {
+            d.rto_min
+        } else {
+            Duration::from_micros(self.rto_min_us)
+        };
         Config {
             data_mtu,
             priority_mtu,
             window: self.window,
             ack_delay: Duration::from_micros(self.ack_delay_us),
             rto_initial,
-            rto_min: if d.rto_min > rto_initial {
-                rto_initial
-            } else {
-                d.rto_min
-            },
-            rto_max: if d.rto_max < rto_initial {
-                rto_initial
-            } else {
-                d.rto_max
-            },
+            rto_min: floor.min(rto_initial),
+            rto_max: d.rto_max.max(rto_initial),
             max_resends_per_pass: self.max_resends_per_iteration,
             peer_timeout: Duration::from_millis(self.peer_timeout_ms),
             data_credits: self.sd_num.map_or(d.data_credits, |v| v as u32),
@@ -289,6 +290,7 @@ pub(crate) mod tests {
             window: 4096,
             verbose: 0,
             ack_thread: true,
+            rto_min: 0,
         }
     }
 
