@@ -27,8 +27,9 @@ fn showme(what: &str) -> Vec<String> {
 /// Include directories of the installed Open MPI: mpicc's, plus `<dir>/openmpi` where the
 /// `opal/...` tree and `opal_config.h` live.
 fn include_dirs() -> Vec<PathBuf> {
+    // OMPI_INCDIR: one directory or a colon-separated list (an Open MPI build tree needs several).
     let mut dirs: Vec<PathBuf> = match env::var("OMPI_INCDIR") {
-        Ok(d) => vec![PathBuf::from(d)],
+        Ok(d) => env::split_paths(&d).collect(),
         Err(_) => showme("incdirs").into_iter().map(PathBuf::from).collect(),
     };
     if dirs.is_empty() {
@@ -55,7 +56,9 @@ fn include_dirs() -> Vec<PathBuf> {
 
 fn lib_dirs() -> Vec<String> {
     let mut dirs = match env::var("OMPI_LIBDIR") {
-        Ok(d) => vec![d],
+        Ok(d) => env::split_paths(&d)
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect(),
         Err(_) => showme("libdirs"),
     };
     if dirs.is_empty() {
