@@ -114,6 +114,7 @@ fn bindings(headers: &Path, incs: &[PathBuf], out: &Path) {
         .allowlist_type("mca_btl_base_segment_t")
         .allowlist_type("mca_btl_base_module_t")
         .allowlist_type("mca_btl_base_module_error_cb_fn_t")
+        .allowlist_type("mca_btl_base_rdma_completion_fn_t")
         .allowlist_type("mca_btl_base_registration_handle_t")
         .allowlist_type("opal_proc_t")
         .allowlist_var("OPAL_SUCCESS")

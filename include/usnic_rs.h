@@ -49,6 +49,7 @@ typedef struct {
   int verbose;
   bool ack_thread;
   int rto_min;
+  bool rdma;
 } usnic_rs_params_t;
 
 /*
@@ -62,6 +63,14 @@ typedef struct {
   uint32_t latency;
   uint32_t bandwidth;
   uint32_t flags;
+  /*
+   btl_put_limit / btl_get_limit (0 when RDMA is off).
+   */
+  size_t rdma_limit;
+  /*
+   btl_registration_handle_size.
+   */
+  size_t registration_handle_size;
 } usnic_rs_module_info_t;
 
 /*
@@ -186,6 +195,52 @@ int32_t usnic_rs_register_error(uint32_t index,
 
 int32_t usnic_rs_flush(uint32_t index,
                        struct mca_btl_base_endpoint_t *endpoint);
+
+/*
+ Emulated PUT of `size` bytes at `local` to `remote_address` (inside the peer's registration
+ `remote_handle`); `cbfunc` runs once every byte landed (or the PUT failed).
+
+ # Safety
+ `local` must hold `size` readable bytes; `remote_handle` must be the peer's handle bytes.
+ */
+int32_t usnic_rs_put(uint32_t index,
+                     struct mca_btl_base_endpoint_t *endpoint,
+                     void *local_address,
+                     uint64_t remote_address,
+                     mca_btl_base_registration_handle_t *local_handle,
+                     mca_btl_base_registration_handle_t *remote_handle,
+                     size_t size,
+                     mca_btl_base_rdma_completion_fn_t cbfunc,
+                     void *cbcontext,
+                     void *cbdata);
+
+/*
+ Emulated GET of `size` bytes at `remote_address` (inside the peer's registration
+ `remote_handle`) into `local_address`; `cbfunc` runs once every byte arrived (or failed).
+
+ # Safety
+ `local_address` must hold `size` writable bytes until the callback.
+ */
+int32_t usnic_rs_get(uint32_t index,
+                     struct mca_btl_base_endpoint_t *endpoint,
+                     void *local_address,
+                     uint64_t remote_address,
+                     mca_btl_base_registration_handle_t *local_handle,
+                     mca_btl_base_registration_handle_t *remote_handle,
+                     size_t size,
+                     mca_btl_base_rdma_completion_fn_t cbfunc,
+                     void *cbcontext,
+                     void *cbdata);
+
+/*
+ Let peers PUT into / GET from `[base, base + size)`; NULL on failure.
+ */
+mca_btl_base_registration_handle_t *usnic_rs_register_mem(uint32_t index,
+                                                          void *base,
+                                                          size_t size);
+
+int32_t usnic_rs_deregister_mem(uint32_t index,
+                                mca_btl_base_registration_handle_t *handle);
 
 /*
  Number of modules of the initialized component (0 when declined or not initialized).

@@ -178,6 +178,7 @@ fn every_parameter_has_help() {
         ("verbose", "0"),
         ("ack_thread", "true"),
         ("rto_min", "0"),
+        ("rdma", "false"),
     ];
     for (name, value) in expected {
         let p = format!("mca:btl:usnic:param:btl_usnic_{name}:");
@@ -348,5 +349,38 @@ fn thread_multiple_four_threads_per_rank() {
             "np {np}\nstdout:\n{out}\nstderr:\n{err}"
         );
         assert!(out.contains("OK: 0 errors"), "{out}");
+    }
+}
+
+#[test]
+fn pingpong_with_emulated_rdma_uses_get() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let o = mpirun(
+        2,
+        &[
+            "--mca",
+            "btl",
+            "usnic,self",
+            "--mca",
+            "btl_usnic_rdma",
+            "1",
+            "--mca",
+            "btl_usnic_stats",
+            "1000",
+        ],
+        &["pingpong", "1048576", "3"],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("OK: 0 errors"), "{out}");
+    // ob1 fetched the large messages with btl_get (RGET) and every GET landed in memory.
+    let finals: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("stats (final)"))
+        .collect();
+    assert_eq!(finals.len(), 2, "{err}");
+    for l in finals {
+        assert!(!l.contains("gets 0 "), "{l}");
+        assert!(l.contains("refused_writes 0 "), "{l}");
     }
 }

@@ -20,6 +20,8 @@ const EAGER_MANY_MODULES: usize = 25 * 1024;
 const DEFAULT_BANDWIDTH: u32 = 10_000;
 /// The original's `btl_latency`.
 const LATENCY: u32 = 2;
+/// Largest single emulated PUT/GET (the PML splits larger transfers).
+const RDMA_LIMIT: usize = 4 << 20;
 
 pub struct Component {
     pub settings: Settings,
@@ -224,7 +226,13 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
             latency: LATENCY,
             flags: sys::MCA_BTL_FLAGS_SEND
                 | sys::MCA_BTL_FLAGS_SEND_INPLACE
-                | sys::MCA_BTL_FLAGS_SINGLE_ADD_PROCS,
+                | sys::MCA_BTL_FLAGS_SINGLE_ADD_PROCS
+                | if settings.rdma {
+                    sys::MCA_BTL_FLAGS_PUT | sys::MCA_BTL_FLAGS_GET
+                } else {
+                    0
+                },
+            rdma_limit: if settings.rdma { RDMA_LIMIT } else { 0 },
         };
         log::verbose(5, || {
             format!(
@@ -336,7 +344,8 @@ pub fn print_stats(c: &Component, m: &ModuleCell, last: bool) {
         "stats{} rank {} module {} ({}): sends {} frags {} chunks {} bytes_out {} | recvs {} \
          bytes_in {} dup_recvs {} oow_low {} oow_high {} | resends timeout {} fast {} | \
          acks alone {} piggybacked {} recv {} dup {} old {} | credits_exhausted {} \
-         malformed {} wrong_key {} unknown_sender {} peers_failed {} | frags_live {}",
+         malformed {} wrong_key {} unknown_sender {} peers_failed {} refused_writes {} | \
+         puts {} gets {} | frags_live {}",
         if last { " (final)" } else { "" },
         c.my_vpid,
         m.index,
@@ -362,6 +371,9 @@ pub fn print_stats(c: &Component, m: &ModuleCell, last: bool) {
         d(now.wrong_key_recvs, base.wrong_key_recvs),
         d(now.unknown_sender_recvs, base.unknown_sender_recvs),
         d(now.peers_failed, base.peers_failed),
+        d(now.refused_writes, base.refused_writes),
+        st.puts,
+        st.gets,
         st.frags.live,
     ));
 }

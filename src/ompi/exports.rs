@@ -15,11 +15,13 @@ use super::component::{self, with_component, with_module};
 use super::frag::Frag;
 use super::lock;
 use super::params::usnic_rs_params_t;
+use super::rdma::{self, RdmaArgs, RegHandle};
 use super::status::*;
 use super::sys::{
     mca_btl_base_descriptor_t, mca_btl_base_endpoint_t, mca_btl_base_module_error_cb_fn_t,
     mca_btl_base_module_t, opal_convertor_t, opal_proc_t,
 };
+use super::sys::{mca_btl_base_rdma_completion_fn_t, mca_btl_base_registration_handle_t};
 use super::{procs, send};
 
 /// Values the shim copies into a module struct.
@@ -32,6 +34,10 @@ pub struct usnic_rs_module_info_t {
     pub latency: u32,
     pub bandwidth: u32,
     pub flags: u32,
+    /// btl_put_limit / btl_get_limit (0 when RDMA is off).
+    pub rdma_limit: usize,
+    /// btl_registration_handle_size.
+    pub registration_handle_size: usize,
 }
 
 /// Component open: nothing to do before the parameters are known.
@@ -109,6 +115,8 @@ pub unsafe extern "C" fn usnic_rs_module_info(
                     latency: i.latency,
                     bandwidth: i.bandwidth,
                     flags: i.flags,
+                    rdma_limit: i.rdma_limit,
+                    registration_handle_size: super::rdma::HANDLE_SIZE,
                 }
             };
             OPAL_SUCCESS
@@ -319,6 +327,105 @@ pub extern "C" fn usnic_rs_flush(index: u32, endpoint: *mut mca_btl_base_endpoin
     guard("flush", OPAL_ERROR, || {
         let _g = lock::enter();
         with_module(index, |_, m| send::flush(m, endpoint)).unwrap_or(OPAL_ERR_BAD_PARAM)
+    })
+}
+
+/// Emulated PUT of `size` bytes at `local` to `remote_address` (inside the peer's registration
+/// `remote_handle`); `cbfunc` runs once every byte landed (or the PUT failed).
+///
+/// # Safety
+/// `local` must hold `size` readable bytes; `remote_handle` must be the peer's handle bytes.
+#[no_mangle]
+pub unsafe extern "C" fn usnic_rs_put(
+    index: u32,
+    endpoint: *mut mca_btl_base_endpoint_t,
+    local_address: *mut c_void,
+    remote_address: u64,
+    local_handle: *mut mca_btl_base_registration_handle_t,
+    remote_handle: *mut mca_btl_base_registration_handle_t,
+    size: usize,
+    cbfunc: mca_btl_base_rdma_completion_fn_t,
+    cbcontext: *mut c_void,
+    cbdata: *mut c_void,
+) -> i32 {
+    guard("put", OPAL_ERROR, || {
+        let _g = lock::enter();
+        let a = RdmaArgs {
+            endpoint,
+            local: local_address,
+            remote: remote_address,
+            local_handle,
+            remote_handle,
+            size,
+            cb: cbfunc,
+            context: cbcontext,
+            data: cbdata,
+        };
+        with_module(index, |_, m| rdma::put(m, a)).unwrap_or(OPAL_ERR_BAD_PARAM)
+    })
+}
+
+/// Emulated GET of `size` bytes at `remote_address` (inside the peer's registration
+/// `remote_handle`) into `local_address`; `cbfunc` runs once every byte arrived (or failed).
+///
+/// # Safety
+/// `local_address` must hold `size` writable bytes until the callback.
+#[no_mangle]
+pub unsafe extern "C" fn usnic_rs_get(
+    index: u32,
+    endpoint: *mut mca_btl_base_endpoint_t,
+    local_address: *mut c_void,
+    remote_address: u64,
+    local_handle: *mut mca_btl_base_registration_handle_t,
+    remote_handle: *mut mca_btl_base_registration_handle_t,
+    size: usize,
+    cbfunc: mca_btl_base_rdma_completion_fn_t,
+    cbcontext: *mut c_void,
+    cbdata: *mut c_void,
+) -> i32 {
+    guard("get", OPAL_ERROR, || {
+        let _g = lock::enter();
+        let a = RdmaArgs {
+            endpoint,
+            local: local_address,
+            remote: remote_address,
+            local_handle,
+            remote_handle,
+            size,
+            cb: cbfunc,
+            context: cbcontext,
+            data: cbdata,
+        };
+        with_module(index, |_, m| rdma::get(m, a)).unwrap_or(OPAL_ERR_BAD_PARAM)
+    })
+}
+
+/// Let peers PUT into / GET from `[base, base + size)`; NULL on failure.
+#[no_mangle]
+pub extern "C" fn usnic_rs_register_mem(
+    index: u32,
+    base: *mut c_void,
+    size: usize,
+) -> *mut mca_btl_base_registration_handle_t {
+    guard("register_mem", core::ptr::null_mut(), || {
+        let _g = lock::enter();
+        with_module(index, |_, m| rdma::register(m, base, size))
+            .unwrap_or(core::ptr::null_mut())
+            .cast()
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn usnic_rs_deregister_mem(
+    index: u32,
+    handle: *mut mca_btl_base_registration_handle_t,
+) -> i32 {
+    guard("deregister_mem", OPAL_ERROR, || {
+        let _g = lock::enter();
+        with_module(index, |_, m| {
+            rdma::deregister(m, handle.cast::<RegHandle>())
+        })
+        .unwrap_or(OPAL_ERR_BAD_PARAM)
     })
 }
 

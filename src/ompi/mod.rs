@@ -18,6 +18,7 @@ mod module;
 pub mod pairing;
 pub mod params;
 mod procs;
+mod rdma;
 mod send;
 mod status;
 pub mod sys;

@@ -13,6 +13,7 @@ use super::endpoint::Endpoint;
 use super::frag::{Frag, FragPool};
 use super::log;
 use super::modex::ModexEntry;
+use super::rdma::{RdmaOp, Regions};
 use super::status::*;
 use super::sys;
 
@@ -36,6 +37,8 @@ pub struct ModuleInfo {
     pub bandwidth: u32,
     pub latency: u32,
     pub flags: u32,
+    /// Largest single PUT/GET (0 when RDMA is off).
+    pub rdma_limit: usize,
 }
 
 pub struct PeerSlot {
@@ -60,6 +63,8 @@ pub enum Upcall {
     SendDone { frag: *mut Frag, status: i32 },
     /// The core gave up on a peer.
     PeerFailed { endpoint: *mut Endpoint },
+    /// A PUT or GET finished (or failed).
+    RdmaDone { op: *mut RdmaOp, status: i32 },
 }
 
 pub struct ModuleState {
@@ -80,6 +85,11 @@ pub struct ModuleState {
     pub stats_base: Stats,
     /// Upcalls collected by the ACK helper thread, run by the next progress call.
     pub deferred: Vec<Upcall>,
+    /// Memory peers may write or read (emulated RDMA).
+    pub regions: Regions,
+    /// PUT / GET operations started by this module (statistics).
+    pub puts: u64,
+    pub gets: u64,
 }
 
 pub struct ModuleCell {
@@ -110,6 +120,9 @@ impl ModuleState {
             finalized: false,
             stats_base: Stats::default(),
             deferred: Vec::new(),
+            regions: Regions::default(),
+            puts: 0,
+            gets: 0,
         }
     }
 
@@ -155,11 +168,33 @@ impl ModuleState {
                         out.push(Upcall::PeerFailed { endpoint });
                     }
                 }
-                Event::GetRequest { peer, request, .. } => {
-                    // No memory is registered for remote access (PUT/GET are not offered).
-                    self.engine.answer_get(now, peer, request, Err(()));
+                Event::GetRequest {
+                    peer,
+                    request,
+                    region,
+                    offset,
+                    len,
+                } => {
+                    let answer = usize::try_from(len)
+                        .ok()
+                        .and_then(|len| Some((self.regions.locate(region, offset, len)?, len)))
+                        .map(|(src, len)| {
+                            // SAFETY: `locate` checked that [src, src + len) lies inside memory
+                            // the PML registered for remote access on this module.
+                            unsafe { core::slice::from_raw_parts(src, len) }.to_vec()
+                        })
+                        .ok_or(());
+                    self.engine.answer_get(now, peer, request, answer);
                 }
-                Event::PutComplete { .. } | Event::GetComplete { .. } => {}
+                Event::PutComplete { cookie, result, .. }
+                | Event::GetComplete { cookie, result, .. } => {
+                    if cookie.0 != 0 {
+                        out.push(Upcall::RdmaDone {
+                            op: cookie.0 as *mut RdmaOp,
+                            status: failure_code(result),
+                        });
+                    }
+                }
             }
         }
     }
@@ -207,9 +242,24 @@ impl ModuleState {
                             tag,
                         });
                     }
-                    RxOutcome::Write { peer, .. } => {
-                        // Nothing is registered for remote writes: refuse, never write.
-                        self.engine.refuse_write(now, peer);
+                    RxOutcome::Write {
+                        peer,
+                        region,
+                        offset,
+                        payload,
+                    } => {
+                        let n = payload.len();
+                        match self.regions.locate(region, offset, n) {
+                            Some(dst) if payload.end <= len => {
+                                let src = &self.fabric.rx_bytes(ch, buf, len)[payload];
+                                // SAFETY: `locate` checked that [dst, dst + n) lies inside memory
+                                // registered for this (a PUT target or a GET's destination);
+                                // it cannot overlap our receive buffer.
+                                unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), dst, n) };
+                            }
+                            // Outside registered memory: refuse, never write.
+                            _ => self.engine.refuse_write(now, peer),
+                        }
                         self.fabric.repost(ch, buf);
                     }
                     _ => self.fabric.repost(ch, buf),
@@ -391,6 +441,7 @@ impl ModuleCell {
                 }
                 Upcall::SendDone { frag, status } => self.complete_send(frag, status),
                 Upcall::PeerFailed { endpoint } => self.peer_failed(endpoint),
+                Upcall::RdmaDone { op, status } => super::rdma::complete(self, op, status),
             }
         }
         let mut st = self.state.borrow_mut();

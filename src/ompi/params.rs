@@ -46,6 +46,7 @@ pub struct usnic_rs_params_t {
     pub verbose: c_int,
     pub ack_thread: bool,
     pub rto_min: c_int,
+    pub rdma: bool,
 }
 
 /// Validated parameters.
@@ -81,6 +82,7 @@ pub struct Settings {
     pub ack_thread: bool,
     /// 0 = the core's default floor.
     pub rto_min_us: u64,
+    pub rdma: bool,
 }
 
 /// Default priority-channel MTU, the original's `max_tiny_msg_size`.
@@ -220,6 +222,7 @@ impl Settings {
             verbose: at_least("verbose", p.verbose, 0)? as u32,
             ack_thread: p.ack_thread,
             rto_min_us: at_least("rto_min", p.rto_min, 0)? as u64,
+            rdma: p.rdma,
         })
     }
 
@@ -291,6 +294,7 @@ pub(crate) mod tests {
             verbose: 0,
             ack_thread: true,
             rto_min: 0,
+            rdma: false,
         }
     }
 

@@ -290,6 +290,12 @@ fn remove_peers(m: &ModuleCell, peers: &[crate::proto::PeerId]) {
     for up in deferred {
         match up {
             super::module::Upcall::PeerFailed { endpoint } if removed.contains(&endpoint) => {}
+            super::module::Upcall::RdmaDone { op, status }
+                // SAFETY: operations with a pending completion are live.
+                if removed.contains(&unsafe { (*op).endpoint }) =>
+            {
+                batch.push(super::module::Upcall::RdmaDone { op, status })
+            }
             super::module::Upcall::SendDone { frag, status }
                 // SAFETY: frags with a pending completion are live.
                 if removed.contains(&unsafe { (*frag).endpoint }) =>
@@ -300,6 +306,14 @@ fn remove_peers(m: &ModuleCell, peers: &[crate::proto::PeerId]) {
         }
     }
     for up in batch {
+        if let super::module::Upcall::RdmaDone { op, .. } = up {
+            // SAFETY: an operation the core just failed; nobody else holds it.
+            let op = unsafe { Box::from_raw(op) };
+            if let Some(t) = op.temp_region {
+                st.regions.remove_region(t);
+            }
+            continue;
+        }
         if let super::module::Upcall::SendDone { frag, .. } = up {
             // SAFETY: a frag with an outstanding send; the peer is gone, so nobody will
             // complete it. Free only BTL-owned ones (the PML frees the others itself).
