@@ -126,6 +126,18 @@ impl ModuleState {
         }
     }
 
+    /// `ep` if it is one of this module's live endpoints (O(1): its peer slot must point back
+    /// at it).
+    pub fn check_endpoint(&self, ep: *mut Endpoint) -> Option<*mut Endpoint> {
+        if ep.is_null() {
+            return None;
+        }
+        // SAFETY: the PML only passes endpoints this BTL returned from add_procs and never
+        // after del_procs; the slot comparison below rejects anything else we could detect.
+        let peer = unsafe { (*ep).peer };
+        (self.endpoint_of(peer) == ep).then_some(ep)
+    }
+
     pub fn endpoint_of(&self, peer: PeerId) -> *mut Endpoint {
         self.peers
             .get(peer.0 as usize)

@@ -126,15 +126,10 @@ fn live_endpoint(
     m: &ModuleCell,
     ep: *mut sys::mca_btl_base_endpoint_t,
 ) -> Option<(*mut Endpoint, PeerId)> {
-    let ep = ep.cast::<Endpoint>();
-    let st = m.state.borrow();
-    // SAFETY: dereferenced only once found in the peer table (live).
-    st.peers
-        .iter()
-        .flatten()
-        .any(|s| s.endpoint == ep)
-        .then(|| (ep, unsafe { (*ep).peer }))
-        .filter(|_| unsafe { !(*ep).failed.get() && (*ep).module == m.index })
+    let ep = m.state.borrow().check_endpoint(ep.cast::<Endpoint>())?;
+    // SAFETY: found in the peer table, so live.
+    let e = unsafe { &*ep };
+    (!e.failed.get() && e.module == m.index).then_some((ep, e.peer))
 }
 
 pub fn put(m: &ModuleCell, a: RdmaArgs) -> i32 {

@@ -16,13 +16,10 @@ fn endpoint<'a>(m: &ModuleCell, ep: *mut sys::mca_btl_base_endpoint_t) -> Option
     if ep.is_null() {
         return None;
     }
-    let ep = ep.cast::<Endpoint>();
-    let st = m.state.borrow();
-    let live = st.peers.iter().flatten().any(|s| s.endpoint == ep);
+    let ep = m.state.borrow().check_endpoint(ep.cast::<Endpoint>())?;
     // SAFETY: found in the peer table, so live until del_procs/finalize, which the PML never
     // overlaps with sends to that peer.
-    live.then(|| unsafe { &*ep })
-        .filter(|e| e.module == m.index)
+    Some(unsafe { &*ep }).filter(|e| e.module == m.index)
 }
 
 pub fn alloc(
