@@ -822,3 +822,42 @@ fn acknowledged_put_completes_once_the_barrier_is_passed() {
         }]
     );
 }
+
+#[test]
+fn get_never_answered_fails_with_the_peer() {
+    let mut ca = cfg(1, 0);
+    ca.peer_timeout = Duration::from_millis(300);
+    let mut p = pair_with(ca, cfg(2, 0));
+    p.a.submit_get(us(0), p.ab, 1, 0, 2, 0, 10, Cookie(5))
+        .unwrap();
+    for d in tx(&mut p.a, us(0), Channel::Data) {
+        p.b.handle_datagram(us(10), Channel::Data, &d);
+    }
+    // B acknowledges the request, then dies without answering.
+    p.b.handle_timeout(us(40));
+    for a in tx(&mut p.b, us(40), Channel::Priority) {
+        p.a.handle_datagram(us(50), Channel::Priority, &a);
+    }
+    assert!(events(&mut p.a).is_empty());
+    assert!(
+        !p.a.is_idle(p.ab),
+        "a GET waiting for its reply is outstanding"
+    );
+    let t = p.a.poll_timeout().expect("the peer-failure clock runs");
+    assert_eq!(t, Instant(us(50).0 + 300_000_000));
+    p.a.handle_timeout(t);
+    assert_eq!(
+        events(&mut p.a),
+        vec![
+            Event::PeerFailed {
+                peer: p.ab,
+                remote_id: 2
+            },
+            Event::GetComplete {
+                peer: p.ab,
+                cookie: Cookie(5),
+                result: Err(Failure::PeerUnreachable)
+            }
+        ]
+    );
+}

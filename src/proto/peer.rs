@@ -140,8 +140,10 @@ impl Peer {
         id
     }
 
-    /// Work is outstanding: something queued or unacknowledged.
+    /// Work is outstanding: something queued or unacknowledged, a PUT held at its ACK
+    /// barrier, or a GET waiting for its reply (so a target that dies after acknowledging a
+    /// request is still detected).
     pub fn outstanding(&self) -> bool {
-        self.ops.live() > 0 || !self.held_puts.is_empty()
+        self.ops.live() > 0 || !self.held_puts.is_empty() || !self.gets.is_empty()
     }
 }

@@ -150,6 +150,8 @@ impl Engine {
                     return RxOutcome::Consumed;
                 };
                 g.got += plen as u64;
+                // Reply data proves the target alive (the peer-failure clock).
+                p.last_progress = now;
                 let region = g.local_region;
                 let offset = g.local_offset + h.offset as u64;
                 let cookie = g.cookie;

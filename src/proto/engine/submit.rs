@@ -127,24 +127,30 @@ impl Engine {
         {
             return Err(SubmitError::TooLarge);
         }
-        let p = self.peers[peer.0 as usize].as_mut().expect("usable");
-        let request = p.alloc_request();
-        p.gets.insert(
-            request,
-            PendingGet {
-                local_region,
-                local_offset,
-                len,
-                got: 0,
-                cookie,
-            },
-        );
+        let request = self.peers[peer.0 as usize]
+            .as_mut()
+            .expect("usable")
+            .alloc_request();
         let kind = OpKind::GetReq {
             region: remote_region,
             offset: remote_offset,
         };
         let op = Self::new_op(kind, Vec::new(), len as u32, request, cookie);
         self.enqueue(now, peer.0, op, false);
+        self.peers[peer.0 as usize]
+            .as_mut()
+            .expect("usable")
+            .gets
+            .insert(
+                request,
+                PendingGet {
+                    local_region,
+                    local_offset,
+                    len,
+                    got: 0,
+                    cookie,
+                },
+            );
         Ok(())
     }
 
