@@ -154,16 +154,12 @@ pub fn send(
         (*f).des.des_flags
     };
     let mut st = m.state.borrow_mut();
-    let mut outcome = send_outcome(flags);
-    if outcome == SendOutcome::CompletedInline && st.inline_backlog > INLINE_BACKLOG_LIMIT {
-        // Too much already completed ahead of its ACKs: this one waits for its own.
-        outcome = SendOutcome::CallbackOnAck { btl_frees: true };
-    }
+    let outcome = send_outcome(flags, st.inline_backlog > INLINE_BACKLOG_LIMIT);
     // SAFETY: segment 1, if any, is the user data prepare_src referenced (still valid now).
     let data = unsafe { (*f).take_payload() };
     let len = data.len();
     let cookie = match outcome {
-        SendOutcome::CompletedInline => st.inline_cookie(len),
+        SendOutcome::CompletedInline | SendOutcome::CallbackNow => st.inline_cookie(len),
         SendOutcome::CallbackOnAck { .. } => Cookie(f as u64),
     };
     let now = fabric::now();
@@ -175,6 +171,18 @@ pub fn send(
                     // SAFETY: BTL-owned, and returning 1 tells the PML it is complete.
                     unsafe { st.frags.put(f) };
                     1
+                }
+                SendOutcome::CallbackNow => {
+                    drop(st);
+                    // SAFETY: the descriptor is ours (BTL-owned) and still intact; the PML's
+                    // completion callback may re-enter this module (no borrow is live).
+                    unsafe {
+                        if let Some(cb) = (*f).des.des_cbfunc {
+                            cb(m.btl.get(), ep, des, OPAL_SUCCESS);
+                        }
+                        m.state.borrow_mut().frags.put(f);
+                    }
+                    OPAL_SUCCESS
                 }
                 SendOutcome::CallbackOnAck { .. } => OPAL_SUCCESS,
             }

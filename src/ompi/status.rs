@@ -13,27 +13,35 @@ pub const DES_SEND_ALWAYS_CALLBACK: u32 = sys::MCA_BTL_DES_SEND_ALWAYS_CALLBACK;
 /// What `btl_send` does with a descriptor once its bytes are handed to the core.
 ///
 /// The core copies the bytes at submission, so the user buffer is free at once; what remains
-/// is who frees the descriptor and whether the PML asked to hear about it:
-/// - BTL-owned and no ALWAYS_CALLBACK: the send is complete now, `btl_send` returns 1 and frees
-///   the descriptor itself (no callback: returning 1 *is* the completion);
-/// - otherwise the callback runs once every byte is acknowledged (`Event::SendComplete`),
-///   `btl_send` returns 0; afterwards the BTL frees the descriptor only if it owns it (else the
-///   PML calls `btl_free`). This also gives the PML back-pressure on pipelined fragments.
+/// is who frees the descriptor and when the PML hears about it:
+/// - BTL-owned, no ALWAYS_CALLBACK: complete now, `btl_send` returns 1 and frees the descriptor
+///   (no callback: returning 1 *is* the completion);
+/// - BTL-owned with ALWAYS_CALLBACK: the callback runs inside `btl_send` (as the C original's
+///   fast path does), then the BTL frees the descriptor; `btl_send` returns 0;
+/// - not BTL-owned: the callback runs once every byte is acknowledged (`Event::SendComplete`);
+///   the PML frees the descriptor itself afterwards; `btl_send` returns 0.
+///
+/// When too many bytes were already completed ahead of their ACKs (`backlogged`), owned
+/// descriptors also wait for their ACK: back-pressure on a PML that would otherwise queue
+/// without bound.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum SendOutcome {
     /// Return 1, free the descriptor now, never call back.
     CompletedInline,
+    /// Call `des_cbfunc` before returning 0, then free the descriptor.
+    CallbackNow,
     /// Return 0, call `des_cbfunc` on acknowledgement, then free only if BTL-owned.
     CallbackOnAck { btl_frees: bool },
 }
 
-pub fn send_outcome(des_flags: u32) -> SendOutcome {
+pub fn send_outcome(des_flags: u32, backlogged: bool) -> SendOutcome {
     let owned = des_flags & DES_FLAGS_BTL_OWNERSHIP != 0;
     let always = des_flags & DES_SEND_ALWAYS_CALLBACK != 0;
-    if owned && !always {
-        SendOutcome::CompletedInline
-    } else {
-        SendOutcome::CallbackOnAck { btl_frees: owned }
+    match (owned, always, backlogged) {
+        (true, _, true) => SendOutcome::CallbackOnAck { btl_frees: true },
+        (true, false, false) => SendOutcome::CompletedInline,
+        (true, true, false) => SendOutcome::CallbackNow,
+        (false, _, _) => SendOutcome::CallbackOnAck { btl_frees: false },
     }
 }
 
@@ -57,27 +65,33 @@ mod tests {
 
     #[test]
     fn send_outcome_truth_table() {
+        let own = DES_FLAGS_BTL_OWNERSHIP;
+        let always = DES_SEND_ALWAYS_CALLBACK;
         let prio = sys::MCA_BTL_DES_FLAGS_PRIORITY;
         let signal = sys::MCA_BTL_DES_FLAGS_SIGNAL;
+        let later = |btl_frees| SendOutcome::CallbackOnAck { btl_frees };
         let table = [
-            (0, SendOutcome::CallbackOnAck { btl_frees: false }),
-            (DES_FLAGS_BTL_OWNERSHIP, SendOutcome::CompletedInline),
+            (0, false, later(false)),
+            (0, true, later(false)),
+            (always, false, later(false)),
+            (always, true, later(false)),
+            (own, false, SendOutcome::CompletedInline),
+            (own, true, later(true)),
+            (own | always, false, SendOutcome::CallbackNow),
+            (own | always, true, later(true)),
+            (prio | own, false, SendOutcome::CompletedInline),
             (
-                DES_SEND_ALWAYS_CALLBACK,
-                SendOutcome::CallbackOnAck { btl_frees: false },
-            ),
-            (
-                DES_FLAGS_BTL_OWNERSHIP | DES_SEND_ALWAYS_CALLBACK,
-                SendOutcome::CallbackOnAck { btl_frees: true },
-            ),
-            (prio | DES_FLAGS_BTL_OWNERSHIP, SendOutcome::CompletedInline),
-            (
-                prio | signal | DES_FLAGS_BTL_OWNERSHIP | DES_SEND_ALWAYS_CALLBACK,
-                SendOutcome::CallbackOnAck { btl_frees: true },
+                prio | signal | own | always,
+                false,
+                SendOutcome::CallbackNow,
             ),
         ];
-        for (flags, want) in table {
-            assert_eq!(send_outcome(flags), want, "flags {flags:#x}");
+        for (flags, backlogged, want) in table {
+            assert_eq!(
+                send_outcome(flags, backlogged),
+                want,
+                "flags {flags:#x} backlogged {backlogged}"
+            );
         }
     }
 }
