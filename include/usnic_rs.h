@@ -243,6 +243,26 @@ int32_t usnic_rs_deregister_mem(uint32_t index,
                                 mca_btl_base_registration_handle_t *handle);
 
 /*
+ Number of counters exported as MPI_T performance variables.
+ */
+uint32_t usnic_rs_stat_count(void);
+
+/*
+ Name (without the `btl_usnic_` prefix) of counter `i`, a static string; NULL past the end.
+ */
+const char *usnic_rs_stat_name(uint32_t i);
+
+/*
+ Description of counter `i`, a static string; NULL past the end.
+ */
+const char *usnic_rs_stat_description(uint32_t i);
+
+/*
+ Current value of counter `i`, summed over all modules (0 before init or after close).
+ */
+uint64_t usnic_rs_stat_value(uint32_t i);
+
+/*
  Number of modules of the initialized component (0 when declined or not initialized).
  */
 uint32_t usnic_rs_num_modules(void);

@@ -429,6 +429,42 @@ pub extern "C" fn usnic_rs_deregister_mem(
     })
 }
 
+/// Number of counters exported as MPI_T performance variables.
+#[no_mangle]
+pub extern "C" fn usnic_rs_stat_count() -> u32 {
+    super::stats::COUNTERS.len() as u32
+}
+
+/// Name (without the `btl_usnic_` prefix) of counter `i`, a static string; NULL past the end.
+#[no_mangle]
+pub extern "C" fn usnic_rs_stat_name(i: u32) -> *const core::ffi::c_char {
+    super::stats::name(i as usize)
+}
+
+/// Description of counter `i`, a static string; NULL past the end.
+#[no_mangle]
+pub extern "C" fn usnic_rs_stat_description(i: u32) -> *const core::ffi::c_char {
+    super::stats::description(i as usize)
+}
+
+/// Current value of counter `i`, summed over all modules (0 before init or after close).
+#[no_mangle]
+pub extern "C" fn usnic_rs_stat_value(i: u32) -> u64 {
+    guard("stat_value", 0, || {
+        let Some(&(_, _, read)) = super::stats::COUNTERS.get(i as usize) else {
+            return 0;
+        };
+        let _g = lock::enter();
+        with_component(|c| {
+            c.modules
+                .iter()
+                .filter_map(|m| m.state.try_borrow().ok().map(|st| read(st.engine.stats())))
+                .sum()
+        })
+        .unwrap_or(0)
+    })
+}
+
 /// Number of modules of the initialized component (0 when declined or not initialized).
 #[no_mangle]
 pub extern "C" fn usnic_rs_num_modules() -> u32 {

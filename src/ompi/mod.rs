@@ -20,6 +20,7 @@ pub mod params;
 mod procs;
 mod rdma;
 mod send;
+mod stats;
 mod status;
 pub mod sys;
 
