@@ -389,3 +389,107 @@ fn pingpong_with_emulated_rdma_uses_get() {
         "{err}"
     );
 }
+
+#[test]
+fn two_rank_run_is_valgrind_clean() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let vg = Command::new("valgrind").arg("--version").output();
+    assert!(
+        vg.is_ok_and(|o| o.status.success()),
+        "valgrind must be installed (Debian: valgrind)"
+    );
+    let logs = workdir().join("vg");
+    let _ = std::fs::remove_dir_all(&logs);
+    std::fs::create_dir_all(&logs).unwrap();
+    let mut c = ompi("mpirun");
+    c.args([
+        "-np",
+        "2",
+        "--mca",
+        "pml",
+        "ob1",
+        "--mca",
+        "btl",
+        "usnic,self",
+    ]);
+    // Keep the plugin mapped at exit so valgrind can name its frames.
+    c.args(["--mca", "mca_base_component_disable_dlclose", "1"]);
+    c.args(["--mca", "btl_usnic_rdma", "1"]);
+    c.args([
+        "valgrind",
+        "-q",
+        "--leak-check=full",
+        "--show-leak-kinds=definite",
+    ]);
+    let supp = Path::new("/usr/share/openmpi/openmpi-valgrind.supp");
+    if supp.exists() {
+        c.arg(format!("--suppressions={}", supp.display()));
+    }
+    c.arg(format!("--log-file={}/vg.%p", logs.display()));
+    c.arg(workdir().join("pingpong")).args(["300000", "3"]);
+    let o = run(c, Duration::from_secs(400));
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("OK: 0 errors"), "{out}");
+    let mut n = 0;
+    for f in std::fs::read_dir(&logs).unwrap() {
+        let log = std::fs::read_to_string(f.unwrap().path()).unwrap();
+        n += 1;
+        // Open MPI itself leaks at finalize (ORTE, PMIx strings); only our frames count.
+        for record in valgrind_records(&log) {
+            assert!(
+                !is_our_error(&record),
+                "valgrind report in our code:\n{record}"
+            );
+        }
+    }
+    assert_eq!(n, 2, "expected one valgrind log per rank");
+}
+
+/// The records of a valgrind log: runs of `==pid== ...` lines separated by an empty message.
+fn valgrind_records(log: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    for line in log.lines() {
+        let msg = match line.strip_prefix("==") {
+            Some(rest) => rest.split_once("== ").map_or("", |(_, m)| m),
+            None => line,
+        };
+        if msg.trim().is_empty() {
+            if !cur.is_empty() {
+                out.push(core::mem::take(&mut cur));
+            }
+        } else {
+            cur.push_str(msg);
+            cur.push('\n');
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+fn is_our_error(record: &str) -> bool {
+    let ours = record.contains("usnic_rs") || record.contains("mca_btl_usnic");
+    let bad = record.contains("Invalid ")
+        || record.contains("uninitialised")
+        || record.contains("definitely lost");
+    ours && bad
+}
+
+#[test]
+fn valgrind_log_parser_finds_our_leaks() {
+    let log = "==7== 16 bytes in 1 blocks are definitely lost in loss record 1 of 9\n\
+               ==7==    at 0x1: malloc (vg_replace_malloc.c:1)\n\
+               ==7==    by 0x2: usnic_rs::ompi::rdma::register (rdma.rs:80)\n\
+               ==7== \n\
+               ==7== 2 bytes in 1 blocks are definitely lost in loss record 2 of 9\n\
+               ==7==    at 0x1: malloc (vg_replace_malloc.c:1)\n\
+               ==7==    by 0x3: orte_init (in libopen-rte.so)\n\
+               ==7== \n";
+    let recs = valgrind_records(log);
+    assert_eq!(recs.len(), 2);
+    assert!(is_our_error(&recs[0]));
+    assert!(!is_our_error(&recs[1]));
+}
