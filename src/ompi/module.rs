@@ -87,6 +87,9 @@ pub struct ModuleState {
     pub deferred: Vec<Upcall>,
     /// Memory peers may write or read (emulated RDMA).
     pub regions: Regions,
+    /// Peers currently added (a module nobody is paired with is not polled: every poll of the
+    /// udp provider costs a recvmsg per channel).
+    pub npeers: usize,
     /// PUT / GET operations started by this module (statistics).
     pub puts: u64,
     pub gets: u64,
@@ -121,6 +124,7 @@ impl ModuleState {
             stats_base: Stats::default(),
             deferred: Vec::new(),
             regions: Regions::default(),
+            npeers: 0,
             puts: 0,
             gets: 0,
         }
@@ -377,7 +381,8 @@ impl ModuleCell {
         let mut batch = self.batch.take();
         let n = {
             let mut st = self.state.borrow_mut();
-            if st.finalized {
+            if st.finalized || (st.npeers == 0 && st.deferred.is_empty()) {
+                self.batch.set(batch);
                 return 0;
             }
             if !st.deferred.is_empty() {
@@ -402,7 +407,7 @@ impl ModuleCell {
     /// receive buffers go back to the fabric at once.
     pub fn service_in_background(&self, now: Instant) {
         let mut st = self.state.borrow_mut();
-        if st.finalized {
+        if st.finalized || st.npeers == 0 {
             return;
         }
         let mut ups = Vec::new();

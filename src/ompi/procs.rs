@@ -200,7 +200,9 @@ fn connect(
     if st.peers.len() <= idx {
         st.peers.resize_with(idx + 1, || None);
     }
+    st.npeers += 1;
     if let Some(old) = st.peers[idx].replace(PeerSlot { addr, endpoint: ep }) {
+        st.npeers -= 1;
         // The core reused an id we still held: impossible unless remove_peer was skipped.
         // SAFETY: the old endpoint was leaked by us and is no longer reachable from the table.
         drop(unsafe { Box::from_raw(old.endpoint) });
@@ -326,6 +328,7 @@ fn remove_peers(m: &ModuleCell, peers: &[crate::proto::PeerId]) {
     }
     for &p in peers {
         if let Some(slot) = st.peers.get_mut(p.0 as usize).and_then(Option::take) {
+            st.npeers = st.npeers.saturating_sub(1);
             st.fabric.remove_peer(&slot.addr);
             // SAFETY: leaked by `connect`, now unreachable from the table; the PML is done
             // with it (del_procs/finalize).
