@@ -44,7 +44,13 @@ case $PIN in
     two) PIN_CMD=(); BIND=(--bind-to core --map-by core) ;;
     *) die "--pin wants one or two" ;;
 esac
-command -v valgrind >/dev/null || die "valgrind is not installed (Debian package valgrind)"
+if ! command -v valgrind >/dev/null; then
+    echo "installing the Debian package valgrind"
+    sudo_cmd=""; [ "$(id -u)" -eq 0 ] || sudo_cmd=sudo
+    $sudo_cmd apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends valgrind >/dev/null ||
+        die "valgrind is not installed and could not be installed (Debian package valgrind)"
+fi
+[ -x /usr/bin/python3 ] || die "needs Debian's /usr/bin/python3"
 if [ "$CFG" = usnic ] && ! ompi_info 2>/dev/null | grep -q 'MCA btl: usnic'; then
     die "config usnic: plugin missing (ompi_info lists no 'MCA btl: usnic'; run ./install.sh first)"
 fi
