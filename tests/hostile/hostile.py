@@ -160,6 +160,9 @@ def main():
     ap.add_argument("--seconds", type=float, default=8.0, help="how long to keep attacking")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--count", type=int, default=20000, help="datagrams for garbage/flood")
+    ap.add_argument("--interval", type=float, default=0.5, help="replay: seconds between rounds")
+    ap.add_argument("--capture", type=float, default=1.5, help="seconds of capture")
+    ap.add_argument("--kinds", default="", help="replay: only these kinds (e.g. 1 = ACKs)")
     a = ap.parse_args()
     if os.geteuid() != 0:
         print("hostile: must run as root (AF_PACKET capture on lo)", file=sys.stderr)
@@ -180,7 +183,7 @@ def main():
     pid_of = {(ip, port): pid for ip, port, pid in ports}
     log(f"ports: {sorted(f'{ip}:{port}(pid {pid})' for ip, port, pid in ports)}")
 
-    caps = capture(targets, 1.5, 3000)
+    caps = capture(targets, a.capture, 3000)
     valid = [p for p in caps if p.h]
     log(f"captured {len(caps)} datagrams ({len(valid)} parse as v1 headers); kinds "
         f"{sorted({p.kind for p in valid})}")
@@ -239,12 +242,14 @@ def main():
                     tx.send(p.dst, with_header(p, key=k))
     elif a.attack == "replay":
         rounds = 0
-        seq = sum(1 for p in valid if p.kind in SEQUENCED)
-        while time.time() < end:
-            for p in caps:
+        kinds = {int(k) for k in a.kinds.split(",") if k}
+        old = [p for p in valid if not kinds or p.kind in kinds]
+        seq = sum(1 for p in old if p.kind in SEQUENCED)
+        while time.time() < end and all(os.path.exists(f"/proc/{pid}") for pid in pids):
+            for p in old:
                 tx.send(p.dst, p.data)
             rounds += 1
-            time.sleep(0.5)
+            time.sleep(a.interval)
         extra = f"rounds={rounds} sequenced_per_round={seq}"
     elif a.attack == "chunk":
         chunks = [p for p in valid if p.kind == 3 and p.plen > 0]

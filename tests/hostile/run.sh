@@ -79,7 +79,7 @@ run_job() {
     LOG=$WORK/$name.log
     TOOLLOG=$WORK/$name.tool.log
     : >"$TOOLLOG"
-    timeout -k 5 $((JOB_TIMEOUT + 30)) mpirun -np 2 "${MCA[@]}" "$@" >"$LOG" 2>&1 &
+    timeout -k 5 $((JOB_TIMEOUT + 30)) mpirun -np 2 "${MCA[@]}" ${EXTRA_MCA:-} "$@" >"$LOG" 2>&1 &
     local job=$! pids="" t=0
     TOOLRC=0
     if [ "$attack" != - ]; then
@@ -93,7 +93,7 @@ run_job() {
             echo "no rank processes found" >"$TOOLLOG"
             TOOLRC=2
         else
-            python3 "$HERE/hostile.py" --attack "$attack" --pids "$pids" --seconds "$secs" >"$TOOLLOG" 2>&1
+            python3 "$HERE/hostile.py" --attack "$attack" --pids "$pids" --seconds "$secs" ${TOOL_ARGS:-} >"$TOOLLOG" 2>&1
             TOOLRC=$?
         fi
     fi
@@ -120,8 +120,9 @@ check_job() {
 }
 
 check_tool() {
-    local name=$1
-    if [ "$TOOLRC" -eq 0 ] && grep -q '^HOSTILE ' "$TOOLLOG" && [ "$(hfield "$TOOLLOG" alive)" = 1 ]; then
+    local name=$1 need_alive=${2:-1}
+    if [ "$TOOLRC" -eq 0 ] && grep -q '^HOSTILE ' "$TOOLLOG" &&
+        { [ "$need_alive" = 0 ] || [ "$(hfield "$TOOLLOG" alive)" = 1 ]; }; then
         pass "$name: attack sent" "$(grep '^HOSTILE ' "$TOOLLOG")"
         return 0
     fi
@@ -164,7 +165,7 @@ dups() { # sequenced datagrams dropped as already received / outside the window
     if [ "$a" = missing ] || [ "$b" = missing ] || [ "$c" = missing ]; then echo missing; else echo $((a + b + c)); fi
 }
 
-ATTACKS=${*:-"garbage truncated wrongkey chunk replay flood putget replay_wrapped"}
+ATTACKS=${*:-"garbage truncated wrongkey chunk replay flood putget putget_rdma replay_wrapped"}
 
 # A clean run of the slow target: the baseline for the duplicate counters, and proof that
 # nothing is counted as hostile without an attacker.
@@ -184,13 +185,25 @@ for attack in $ATTACKS; do
         replay | flood | putget)
             run_job "$attack" "$attack" 4 "${SLOW[@]}"
             check_job "$attack" slowcheck ;;
+        putget_rdma)
+            # the same with emulated PUT/GET offered to the PML: the target's edge now maps
+            # region ids to registered memory, and must refuse every forged one
+            if ! ompi_info --param btl usnic --level 9 | grep -q '"btl_usnic_rdma"'; then
+                fail "$attack" "the installed plugin has no btl_usnic_rdma parameter"
+                continue
+            fi
+            EXTRA_MCA="--mca btl_usnic_rdma 1" run_job "$attack" putget 4 "${SLOW[@]}"
+            check_job "$attack" slowcheck ;;
         replay_wrapped)
             # old datagrams replayed while pingpong's 16-bit sequence numbers wrap around
-            run_job "$attack" replay 9 "${PINGPONG[@]}"
+            # (every 50 ms, so some round meets the receive window when it sweeps past the
+            # captured sequence numbers again, 65536 segments later)
+            TOOL_ARGS="--interval 0.05 --capture 3" run_job "$attack" replay 9 "${PINGPONG[@]}"
             check_job "$attack" pingpong ;;
         *) fail "$attack" "unknown attack"; continue ;;
     esac
-    check_tool "$attack" || continue
+    # replays go on until the job ends; every other attack must be over before it does
+    check_tool "$attack" "$([ $attack = replay_wrapped ] && echo 0 || echo 1)" || continue
     sent=$(hfield "$TOOLLOG" sent)
     case $attack in
         garbage)
@@ -217,9 +230,12 @@ for attack in $ATTACKS; do
             else
                 counter_at_least "$attack" "dup+oow rise" $((d - BASE_DUPS)) $((n / 4))
             fi ;;
-        putget)
-            counter_at_least putget malformed "$(stat "$LOG" malformed)" 1
-            needs_counter putget refused_writes "PUT/GET outside registered memory are refused by the edge and counted by the core (Stats::refused_writes) but btl_usnic_stats does not print it (src/ompi/component.rs)" ;;
+        putget | putget_rdma)
+            inw=$(hfield "$TOOLLOG" in_window)
+            counter_at_least $attack malformed "$(stat "$LOG" malformed)" 1
+            # half of the in-window forgeries are PUTs: every one must be refused and counted
+            counter_at_least $attack refused_writes "$(stat "$LOG" refused_writes)" $((inw / 2))
+            needs_counter $attack refused_gets "forged GET requests outside registered memory are answered with GetRefuse (Engine::answer_get) but neither the core's Stats nor btl_usnic_stats count them" ;;
         replay_wrapped) ;; # the job verdict is the check
     esac
 done
