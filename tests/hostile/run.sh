@@ -7,7 +7,8 @@
 # A counter the plugin does not print is a FAILED check with a message saying what is missing.
 #
 # Usage: tests/hostile/run.sh [attack ...]   (default: all; see ATTACKS below)
-# Env:   KEEP=1 keeps the logs directory; JOB_TIMEOUT (s, default 120).
+# Env:   KEEP=1 keeps the logs directory; JOB_TIMEOUT (s, default 120);
+#        VALGRIND=1 runs every rank under valgrind (memcheck; any error fails the job).
 # Root only (AF_PACKET capture). Ends with "N passed, N failed"; exit status 1 on any failure.
 set -u
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -43,6 +44,13 @@ fi
 if ! mpicc -O2 -g -o "$WORK/slowcheck" "$HERE/slowcheck.c" >>"$WORK/build.log" 2>&1; then
     cat "$WORK/build.log"; fail "build" "mpicc slowcheck.c failed"; finish
 fi
+WRAP=()
+if [ "${VALGRIND:-0}" = 1 ]; then
+    command -v valgrind >/dev/null || { fail "prerequisites" "VALGRIND=1 but valgrind not found"; finish; }
+    WRAP=(valgrind --error-exitcode=99 --num-callers=30)
+    [ -f /usr/share/openmpi/openmpi-valgrind.supp ] && WRAP+=(--suppressions=/usr/share/openmpi/openmpi-valgrind.supp)
+    JOB_TIMEOUT=$((JOB_TIMEOUT * 4))
+fi
 PINGPONG=("$ROOT/tests/mpi/bin/pingpong" -s 0 -t "$JOB_TIMEOUT")
 SLOW=("$WORK/slowcheck" -T 7 -t "$JOB_TIMEOUT")
 
@@ -57,7 +65,9 @@ ranks_of() {
     local pid=$1 name=$2 kids k
     kids=$(ps -o pid= --ppid "$pid" 2>/dev/null)
     for k in $kids; do
-        if [ "$(cat /proc/$k/comm 2>/dev/null)" = "${name:0:15}" ]; then echo "$k"; fi
+        case "$(cat /proc/$k/comm 2>/dev/null)" in
+            "${name:0:15}" | memcheck-*) echo "$k" ;;
+        esac
         ranks_of "$k" "$name"
     done
 }
@@ -79,7 +89,7 @@ run_job() {
     LOG=$WORK/$name.log
     TOOLLOG=$WORK/$name.tool.log
     : >"$TOOLLOG"
-    timeout -k 5 $((JOB_TIMEOUT + 30)) mpirun -np 2 "${MCA[@]}" ${EXTRA_MCA:-} "$@" >"$LOG" 2>&1 &
+    timeout -k 5 $((JOB_TIMEOUT + 30)) mpirun -np 2 "${MCA[@]}" ${EXTRA_MCA:-} "${WRAP[@]}" "$@" >"$LOG" 2>&1 &
     local job=$! pids="" t=0
     TOOLRC=0
     if [ "$attack" != - ]; then
@@ -108,6 +118,11 @@ check_job() {
         pass "$name: job" "$(grep -m1 "^PASS $prog " "$LOG" | cut -c1-90)"
     else
         fail "$name: job" "exit $JOBRC ($([ $JOBRC -eq 124 ] && echo 'timed out, hang?')) $(grep -m1 -E '^(PASS|FAIL) ' "$LOG" | cut -c1-150)"
+    fi
+    if grep -qE '== ERROR SUMMARY: [1-9]' "$LOG"; then
+        fail "$name: valgrind" "$(grep -m1 -E '== (Invalid|Conditional|Syscall param|Mismatched)' "$LOG") ($(grep -m1 -E '== ERROR SUMMARY: [1-9]' "$LOG"))"
+    elif [ "${VALGRIND:-0}" = 1 ]; then
+        pass "$name: valgrind" "$(grep -c '== ERROR SUMMARY: 0 errors' "$LOG") rank(s) with 0 errors"
     fi
     if grep -qE 'Segmentation|SIGSEGV|SIGBUS|SIGABRT|core dumped|panicked|AddressSanitizer|exited on signal' "$LOG"; then
         fail "$name: no crash" "$(grep -m1 -E 'Segmentation|SIGSEGV|SIGBUS|SIGABRT|core dumped|panicked|AddressSanitizer|exited on signal' "$LOG")"
