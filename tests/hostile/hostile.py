@@ -88,14 +88,18 @@ class Pkt:
         return self.h[8]
 
 
-def capture(targets, seconds, limit):
-    """Datagrams to any (ip, port) in targets seen on lo within `seconds` (at most `limit`)."""
+def capture(targets, seconds, limit, enough=lambda got: True, max_wait=40.0):
+    """Datagrams to any (ip, port) in targets seen on lo: for `seconds` (at most `limit`),
+    longer (up to `max_wait`) until `enough(got)` (a slow job, e.g. under valgrind)."""
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
     s.bind(("lo", 0))
     s.settimeout(0.2)
     got = []
-    end = time.time() + seconds
-    while time.time() < end and len(got) < limit:
+    t0 = time.time()
+    while len(got) < limit:
+        now = time.time()
+        if now - t0 >= max_wait or (now - t0 >= seconds and enough(got)):
+            break
         try:
             frame, addr = s.recvfrom(70000)
         except socket.timeout:
@@ -183,7 +187,16 @@ def main():
     pid_of = {(ip, port): pid for ip, port, pid in ports}
     log(f"ports: {sorted(f'{ip}:{port}(pid {pid})' for ip, port, pid in ports)}")
 
-    caps = capture(targets, a.capture, 3000)
+    def enough(got):
+        v = [p for p in got if p.h]
+        if a.attack == "chunk":
+            return any(p.kind == 3 for p in v)
+        if a.attack in ("putget", "flood"):
+            dirs = {(p.src, p.key) for p in v if p.kind in SEQUENCED}
+            return len(dirs) >= 2 and any(p.kind == 1 for p in v)
+        return len(v) > 0
+
+    caps = capture(targets, a.capture, 3000, enough)
     valid = [p for p in caps if p.h]
     log(f"captured {len(caps)} datagrams ({len(valid)} parse as v1 headers); kinds "
         f"{sorted({p.kind for p in valid})}")

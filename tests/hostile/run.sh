@@ -187,10 +187,13 @@ ATTACKS=${*:-"garbage truncated wrongkey chunk replay flood putget putget_rdma r
 run_job clean - 0 "${SLOW[@]}"
 check_job clean slowcheck
 BASE_DUPS=$(dups "$LOG")
-for c in malformed wrong_key unknown_sender; do
+for c in malformed wrong_key; do
     v=$(stat "$LOG" $c)
     if [ "$v" = 0 ]; then pass "clean: $c" "0"; else fail "clean: $c" "$v without any attacker"; fi
 done
+# Not a check: real datagrams that arrive before the receiver has added their sender (slow
+# start, e.g. under valgrind) are counted here too, and repaired by retransmission.
+echo "info  clean: unknown_sender $(stat "$LOG" unknown_sender) (early datagrams of not yet added peers)"
 
 for attack in $ATTACKS; do
     case $attack in
