@@ -203,6 +203,12 @@ def main():
     if not valid:
         print("hostile: captured no datagram of the job (is it running over usnic?)", file=sys.stderr)
         return 2
+    # Ports of modules that carry the job's traffic. A module without peers is not polled by
+    # the plugin (its sockets are never read), so datagrams sent there could not be counted.
+    active = sorted({p.dst for p in caps})
+    idle = sorted(targets - set(active))
+    if idle:
+        log(f"idle ports (no job traffic seen, not attacked): {idle}")
     # The key of each rank (every datagram to its ports carries it) and its ports.
     key_of_pid = {}
     for p in valid:
@@ -224,10 +230,10 @@ def main():
                 d[0] = 1  # looks like a v1 header: goes further through parse
                 if n > 1:
                     d[1] = rng.randrange(0, 10)
-            tx.send(rng.choice(sorted(targets)), bytes(d))
+            tx.send(rng.choice(active), bytes(d))
         # Longer than the channel MTU (the provider truncates these; the edge must drop them).
         for n in [1373, 1500, 9000, 65507]:
-            for dst in sorted(targets):
+            for dst in active:
                 tx.send(dst, rng.randbytes(n))
                 over += 1
         extra = f"oversize={over}"
@@ -237,8 +243,13 @@ def main():
             samples.setdefault(p.kind, []).append(p)
         for kind, ps in samples.items():
             for p in ps[:3]:
-                full = HLEN[kind] + p.plen
-                for n in range(0, min(full, len(p.data))):
+                # every header length, and payloads cut at a few places (64 KiB datagrams on
+                # lo would otherwise mean 64 Ki sends per sample)
+                full = min(HLEN[kind] + p.plen, len(p.data))
+                h, pl = HLEN[kind], p.plen
+                cuts = set(range(0, min(h, full))) | {
+                    n for n in (h, h + 1, h + 2, h + pl // 2, h + pl - 2, h + pl - 1) if h <= n < full}
+                for n in sorted(cuts):
                     tx.send(p.dst, p.data[:n])
         # Headers of the 64-byte kinds (PUT/GET are not in the traffic): made from a Frag's
         # header, cut at every length.
