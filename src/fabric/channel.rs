@@ -228,7 +228,7 @@ impl ChannelRes {
         Some((BufId(i), self.tx.slice_mut(i as usize, prefix, mtu)))
     }
 
-    fn lent_tx(&self, buf: BufId) -> Result<usize, FabricError> {
+    pub(crate) fn lent_tx(&self, buf: BufId) -> Result<usize, FabricError> {
         let i = buf.0 as usize;
         match self.tx_state.get(i) {
             Some(TxState::Lent) => Ok(i),
@@ -259,6 +259,12 @@ impl ChannelRes {
         len: usize,
         to: sys::fi_addr_t,
     ) -> Result<(), FabricError> {
+        let i = self.checked_tx(buf, len)?;
+        self.send_index(i, len, to)
+    }
+
+    /// The index of lent send buffer `buf` if `len` bytes of it may be sent.
+    pub(crate) fn checked_tx(&self, buf: BufId, len: usize) -> Result<usize, FabricError> {
         let i = self.lent_tx(buf)?;
         if len > self.mtu {
             return Err(FabricError {
@@ -270,8 +276,18 @@ impl ChannelRes {
                 ),
             });
         }
-        // SAFETY: buffer i is lent to us (not in flight), lives in tx which outlives the ep;
-        // prefix + len <= its size; the context is a tag, never dereferenced.
+        Ok(i)
+    }
+
+    /// `fi_send` of buffer `i` (lent, or held by the fault injector), checked by `checked_tx`.
+    pub(crate) fn send_index(
+        &mut self,
+        i: usize,
+        len: usize,
+        to: sys::fi_addr_t,
+    ) -> Result<(), FabricError> {
+        // SAFETY: buffer i is lent or held (not posted to the provider), lives in tx which
+        // outlives the ep; prefix + len <= its size; the context is a tag, never dereferenced.
         let ret = unsafe {
             sys::send(
                 self.ep.ptr(),
@@ -291,6 +307,26 @@ impl ChannelRes {
         }
         self.tx_state[i] = TxState::InFlight;
         Ok(())
+    }
+
+    /// Fault injector: keep lent buffer `i` out of the free list as if it were in flight.
+    pub(crate) fn hold_tx(&mut self, i: usize) {
+        self.tx_state[i] = TxState::InFlight;
+    }
+
+    /// Fault injector: free a buffer held by `hold_tx` whose send never reached the provider.
+    pub(crate) fn free_held_tx(&mut self, i: usize) {
+        if self.tx_state[i] == TxState::InFlight {
+            self.tx_state[i] = TxState::Free;
+            self.tx_free.push(i as u32);
+        }
+    }
+
+    /// Fault injector: copy the first `len` bytes of send buffer `from` into send buffer `to`.
+    pub(crate) fn copy_tx(&mut self, from: usize, to: usize, len: usize) {
+        let n = self.prefix + len;
+        let src = self.tx.slice(from, 0, n).to_vec();
+        self.tx.slice_mut(to, 0, n).copy_from_slice(&src);
     }
 
     pub(crate) fn rx_bytes(&self, buf: BufId, len: usize) -> &[u8] {

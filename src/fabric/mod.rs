@@ -21,6 +21,8 @@
 //!   ([`Module::rx_bytes`], or [`Module::rx_ptr`] for the PML, stable while the module lives)
 //!   and the buffer goes back with [`Module::repost`], posted in batches (`FI_MORE` on all
 //!   but the last) by [`Module::flush_reposts`].
+//! - Faults: [`Module::set_faults`] with a [`FaultConfig`] drops, duplicates or delays a seeded
+//!   fraction of sends/receives (`fault.rs`; off by default, one branch per call when off).
 //! - `Drop` closes endpoints, registrations, CQs, AV, domain, fabric in that order and unmaps
 //!   the buffers (tested: no fd leaks over open/drop cycles; valgrind reports nothing lost).
 //!
@@ -75,6 +77,7 @@ mod clock;
 mod config;
 mod device;
 mod error;
+mod fault;
 mod fid;
 mod iflist;
 mod info;
@@ -86,5 +89,6 @@ pub use clock::now;
 pub use config::FabricConfig;
 pub use device::{discover, DeviceInfo, IPV4_UDP_HEADERS, MAX_UDP_PAYLOAD};
 pub use error::FabricError;
+pub use fault::{FaultConfig, FaultStats};
 pub use iflist::{parse_if_list, IfFilter};
 pub use module::{BufId, Completion, Emulate, Module, Op, PeerAddr, LOCAL_ADDRESS_LEN};

@@ -3,6 +3,7 @@ use super::channel::{ChannelRes, Sizes};
 use super::config::FabricConfig;
 use super::device::DeviceInfo;
 use super::error::{check, FabricError};
+use super::fault::{FaultConfig, FaultStats, Faults};
 use super::fid::Fid;
 use super::sys;
 use crate::proto::Channel;
@@ -76,6 +77,8 @@ pub struct Module {
     _fabric: Fid<sys::fid_fabric>,
     name: String,
     ipv4: Ipv4Addr,
+    /// The fault injector; None (the default) costs one branch per call.
+    faults: Option<Box<Faults>>,
 }
 
 // SAFETY: the libfabric objects and buffers are owned exclusively by the Module; every call
@@ -260,6 +263,7 @@ impl Module {
             _fabric: fabric,
             name: dev.name.clone(),
             ipv4,
+            faults: None,
         })
     }
 
@@ -404,7 +408,40 @@ impl Module {
         len: usize,
         to: &PeerAddr,
     ) -> Result<(), FabricError> {
+        if let Some(f) = self.faults.as_deref_mut() {
+            let now = super::now();
+            return f.post_send(
+                &mut self.channels[ch(c)],
+                ch(c),
+                buf,
+                len,
+                to.fi_addr(c),
+                now,
+            );
+        }
         self.channels[ch(c)].post_send(buf, len, to.fi_addr(c))
+    }
+
+    /// Inject faults from now on (see `fault.rs` for the exact semantics); an all-zero
+    /// `FaultConfig` switches injection off (held buffers are still released by `poll`, and
+    /// `fault_stats` keeps counting nothing new).
+    /// A fraction outside `[0, 1]` is an error naming it, and changes nothing.
+    pub fn set_faults(&mut self, cfg: FaultConfig) -> Result<(), FabricError> {
+        cfg.validate()?;
+        match self.faults.as_deref_mut() {
+            Some(f) => f.reconfigure(cfg),
+            None if cfg.is_off() => {}
+            None => self.faults = Some(Box::new(Faults::new(cfg))),
+        }
+        Ok(())
+    }
+
+    /// What the fault injector has done since it was first set (zeros when never set).
+    pub fn fault_stats(&self) -> FaultStats {
+        self.faults
+            .as_deref()
+            .map(Faults::stats)
+            .unwrap_or_default()
     }
 
     /// Read up to `max` completions of channel `ch` into `out` (send completions free their
@@ -415,7 +452,17 @@ impl Module {
         max: usize,
         out: &mut Vec<Completion>,
     ) -> Result<(), FabricError> {
-        self.channels[ch(c)].poll(max, out)
+        let Some(f) = self.faults.as_deref_mut() else {
+            return self.channels[ch(c)].poll(max, out);
+        };
+        let chan = &mut self.channels[ch(c)];
+        let added = f.before_poll(chan, ch(c), max, out, super::now());
+        let start = out.len();
+        let r = chan.poll(max - added, out);
+        if f.after_poll(chan, ch(c), out, start) {
+            chan.flush()?;
+        }
+        r
     }
 
     /// The `len` bytes received in receive buffer `buf` of channel `ch`.
@@ -432,6 +479,11 @@ impl Module {
     /// Queue receive buffer `buf` of channel `ch` for reposting (batched: see `flush_reposts`).
     /// Reposting a buffer that is not with the caller is ignored (with a warning).
     pub fn repost(&mut self, c: Channel, buf: BufId) {
+        if let Some(f) = self.faults.as_deref_mut() {
+            if f.repost(ch(c), buf) {
+                return;
+            }
+        }
         self.channels[ch(c)].repost(buf)
     }
 

@@ -1,0 +1,359 @@
+#!/usr/bin/python3
+"""Hostile datagrams against a running usnic-rs job (tests/hostile/run.sh drives it).
+
+Finds the job's UDP ports (ss -uanp, filtered by the job's PIDs), captures some of its real
+datagrams from an AF_PACKET socket on lo (same-host traffic, even to eth0's address, is
+looped through lo), then sends one class of hostile datagrams to those ports:
+
+  garbage    random bytes of random lengths (some starting like a v1 header), plus a few
+             datagrams larger than the channel MTU
+  truncated  every prefix of real datagrams shorter than header + payload_len
+  wrongkey   real datagrams with the key field replaced (random, 0, the other rank's key)
+  replay     real datagrams sent again verbatim, repeatedly, for the rest of the job
+  chunk      real Chunk datagrams (kind 3, and the same as GetReply, kind 6) mutated so
+             offset + len overruns the fragment, offsets that wrap u32, totals over the limit,
+             payload_len beyond the datagram; plus total changed consistently (parses, must be
+             refused by the chunk consistency check)
+  putget     PUT/GET (kinds 4/5) with the real key and sender id, sequence numbers inside
+             the receive window (2500+ ahead of the last one seen: never reached by the slow
+             target program), regions and offsets outside any registered memory
+  flood      one real sequenced datagram and one real ACK, each sent thousands of times
+
+Wire format: docs/wire.md (v1, little-endian; key at 16 is the receiver's job key, src at 8
+the sender's id). Prints what it sent, one 'HOSTILE <attack> sent=N ...' summary line last.
+Root only (AF_PACKET). Python 3 stdlib only.
+"""
+import argparse
+import os
+import random
+import re
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+HDR = struct.Struct("<BBBBHHQQHHI")  # version kind flags tag seq ack src key plen rsvd sack
+MSG = struct.Struct("<IIII")  # id total offset reserved
+REGION = struct.Struct("<QQ")  # region region_offset
+HLEN = {1: 32, 2: 32, 3: 48, 4: 64, 5: 64, 6: 48, 7: 48, 8: 48}
+SEQUENCED = set(range(2, 9))
+ETH_P_ALL = 0x0003
+PACKET_OUTGOING = 4
+
+
+def log(msg):
+    print(f"hostile: {msg}", flush=True)
+
+
+def job_ports(pids):
+    """UDP sockets of these PIDs: list of (ip, port, pid)."""
+    out = subprocess.run(["ss", "-H", "-uanp"], capture_output=True, text=True, check=True).stdout
+    found = []
+    for line in out.splitlines():
+        m = re.search(r"\s(\d+\.\d+\.\d+\.\d+):(\d+)\s", line)
+        if not m:
+            continue
+        for pid in re.findall(r"pid=(\d+)", line):
+            if int(pid) in pids:
+                found.append((m.group(1), int(m.group(2)), int(pid)))
+    return found
+
+
+class Pkt:
+    def __init__(self, dst, data, t):
+        self.dst, self.data, self.t = dst, data, t
+        self.h = None
+        if len(data) >= 32 and data[0] == 1 and data[1] in HLEN:
+            self.h = HDR.unpack_from(data)
+
+    @property
+    def kind(self):
+        return self.h[1] if self.h else None
+
+    @property
+    def seq(self):
+        return self.h[4]
+
+    @property
+    def src(self):
+        return self.h[6]
+
+    @property
+    def key(self):
+        return self.h[7]
+
+    @property
+    def plen(self):
+        return self.h[8]
+
+
+def capture(targets, seconds, limit, enough=lambda got: True, max_wait=40.0):
+    """Datagrams to any (ip, port) in targets seen on lo: for `seconds` (at most `limit`),
+    longer (up to `max_wait`) until `enough(got)` (a slow job, e.g. under valgrind)."""
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    s.bind(("lo", 0))
+    s.settimeout(0.2)
+    got = []
+    t0 = time.time()
+    while len(got) < limit:
+        now = time.time()
+        if now - t0 >= max_wait or (now - t0 >= seconds and enough(got)):
+            break
+        try:
+            frame, addr = s.recvfrom(70000)
+        except socket.timeout:
+            continue
+        if addr[2] == PACKET_OUTGOING or len(frame) < 14 + 20 + 8:
+            continue
+        if frame[12:14] != b"\x08\x00":
+            continue
+        ip = frame[14:]
+        ihl = (ip[0] & 0x0F) * 4
+        if ip[9] != 17 or (struct.unpack_from("!H", ip, 6)[0] & 0x3FFF):
+            continue  # not UDP, or an IP fragment
+        dst_ip = socket.inet_ntoa(ip[16:20])
+        udp = ip[ihl:]
+        dport = struct.unpack_from("!H", udp, 2)[0]
+        ulen = struct.unpack_from("!H", udp, 4)[0]
+        if (dst_ip, dport) in targets:
+            got.append(Pkt((dst_ip, dport), bytes(udp[8:ulen]), time.time()))
+    s.close()
+    return got
+
+
+class Sender:
+    def __init__(self, pace):
+        self.s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        self.n = 0
+        self.errors = 0
+        self.pace = pace
+
+    def send(self, dst, data):
+        try:
+            self.s.sendto(data, dst)
+            self.n += 1
+        except OSError:
+            self.errors += 1
+        # Stay below what the receiver can read, so the counters see most of what was sent.
+        if self.pace and self.n % self.pace == 0:
+            time.sleep(0.001)
+
+
+def with_header(p, **kw):
+    """p's datagram with header fields replaced (names as in HDR)."""
+    names = ["version", "kind", "flags", "tag", "seq", "ack", "src", "key", "plen", "rsvd", "sack"]
+    f = dict(zip(names, p.h))
+    f.update(kw)
+    return HDR.pack(*[f[n] for n in names]) + p.data[32:]
+
+
+def with_msg(data, **kw):
+    names = ["id", "total", "offset", "rsvd"]
+    f = dict(zip(names, MSG.unpack_from(data, 32)))
+    f.update(kw)
+    return data[:32] + MSG.pack(*[f[n] for n in names]) + data[48:]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--attack", required=True,
+                    choices=["garbage", "truncated", "wrongkey", "replay", "chunk", "putget", "flood"])
+    ap.add_argument("--pids", required=True, help="comma-separated PIDs of the job's ranks")
+    ap.add_argument("--seconds", type=float, default=8.0, help="how long to keep attacking")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--count", type=int, default=20000, help="datagrams for garbage/flood")
+    ap.add_argument("--interval", type=float, default=0.5, help="replay: seconds between rounds")
+    ap.add_argument("--capture", type=float, default=1.5, help="seconds of capture")
+    ap.add_argument("--kinds", default="", help="replay: only these kinds (e.g. 1 = ACKs)")
+    a = ap.parse_args()
+    if os.geteuid() != 0:
+        print("hostile: must run as root (AF_PACKET capture on lo)", file=sys.stderr)
+        return 2
+    rng = random.Random(a.seed)
+    pids = {int(p) for p in a.pids.split(",") if p}
+    ports = []
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        ports = job_ports(pids)
+        if len({p for _, _, p in ports}) == len(pids) and len(ports) >= 2 * len(pids):
+            break
+        time.sleep(0.2)
+    if not ports:
+        print(f"hostile: no UDP sockets found for PIDs {sorted(pids)}", file=sys.stderr)
+        return 2
+    targets = {(ip, port) for ip, port, _ in ports}
+    pid_of = {(ip, port): pid for ip, port, pid in ports}
+    log(f"ports: {sorted(f'{ip}:{port}(pid {pid})' for ip, port, pid in ports)}")
+
+    def enough(got):
+        v = [p for p in got if p.h]
+        if a.attack == "chunk":
+            return any(p.kind == 3 for p in v)
+        if a.attack in ("putget", "flood"):
+            dirs = {(p.src, p.key) for p in v if p.kind in SEQUENCED}
+            return len(dirs) >= 2 and any(p.kind == 1 for p in v)
+        return len(v) > 0
+
+    caps = capture(targets, a.capture, 3000, enough)
+    valid = [p for p in caps if p.h]
+    log(f"captured {len(caps)} datagrams ({len(valid)} parse as v1 headers); kinds "
+        f"{sorted({p.kind for p in valid})}")
+    if not valid:
+        print("hostile: captured no datagram of the job (is it running over usnic?)", file=sys.stderr)
+        return 2
+    # Ports of modules that carry the job's traffic. A module without peers is not polled by
+    # the plugin (its sockets are never read), so datagrams sent there could not be counted.
+    active = sorted({p.dst for p in caps})
+    idle = sorted(targets - set(active))
+    if idle:
+        log(f"idle ports (no job traffic seen, not attacked): {idle}")
+    # The key of each rank (every datagram to its ports carries it) and its ports.
+    key_of_pid = {}
+    for p in valid:
+        key_of_pid[pid_of[p.dst]] = p.key
+    ports_of_key = {}
+    for dst, pid in pid_of.items():
+        if pid in key_of_pid:
+            ports_of_key.setdefault(key_of_pid[pid], []).append(dst)
+    tx = Sender(pace=100)
+    extra = ""
+    end = time.time() + a.seconds
+
+    if a.attack == "garbage":
+        over = 0
+        for i in range(a.count):
+            n = rng.choice([0, 1, 2, 31, 32, 33, 47, 48, 63, 64, rng.randrange(0, 1400)])
+            d = bytearray(rng.randbytes(n))
+            if n and i % 2:
+                d[0] = 1  # looks like a v1 header: goes further through parse
+                if n > 1:
+                    d[1] = rng.randrange(0, 10)
+            tx.send(rng.choice(active), bytes(d))
+        # Longer than the channel MTU (the provider truncates these; the edge must drop them).
+        for n in [1373, 1500, 9000, 65507]:
+            for dst in active:
+                tx.send(dst, rng.randbytes(n))
+                over += 1
+        extra = f"oversize={over}"
+    elif a.attack == "truncated":
+        samples = {}
+        for p in valid:
+            samples.setdefault(p.kind, []).append(p)
+        for kind, ps in samples.items():
+            for p in ps[:3]:
+                # every header length, and payloads cut at a few places (64 KiB datagrams on
+                # lo would otherwise mean 64 Ki sends per sample)
+                full = min(HLEN[kind] + p.plen, len(p.data))
+                h, pl = HLEN[kind], p.plen
+                cuts = set(range(0, min(h, full))) | {
+                    n for n in (h, h + 1, h + 2, h + pl // 2, h + pl - 2, h + pl - 1) if h <= n < full}
+                for n in sorted(cuts):
+                    tx.send(p.dst, p.data[:n])
+        # Headers of the 64-byte kinds (PUT/GET are not in the traffic): made from a Frag's
+        # header, cut at every length.
+        base = next(p for p in valid if p.kind in SEQUENCED)
+        for kind in (4, 5):
+            d = with_header(base, kind=kind, tag=0, plen=0)[:32] + MSG.pack(7, 64, 0, 0) + REGION.pack(1, 0)
+            for n in range(0, 64):
+                tx.send(base.dst, d[:n])
+    elif a.attack == "wrongkey":
+        keys = list(key_of_pid.values())
+        for p in valid:
+            for k in [rng.getrandbits(64), 0, p.key ^ 1] + [k for k in keys if k != p.key]:
+                if k != p.key:
+                    tx.send(p.dst, with_header(p, key=k))
+    elif a.attack == "replay":
+        rounds = 0
+        kinds = {int(k) for k in a.kinds.split(",") if k}
+        old = [p for p in valid if not kinds or p.kind in kinds]
+        seq = sum(1 for p in old if p.kind in SEQUENCED)
+        while time.time() < end and all(os.path.exists(f"/proc/{pid}") for pid in pids):
+            for p in old:
+                tx.send(p.dst, p.data)
+            rounds += 1
+            time.sleep(a.interval)
+        extra = f"rounds={rounds} sequenced_per_round={seq}"
+    elif a.attack == "chunk":
+        chunks = [p for p in valid if p.kind == 3 and p.plen > 0]
+        if not chunks:
+            print("hostile: no Chunk datagram captured (the target sends no large message?)",
+                  file=sys.stderr)
+            return 2
+        consistent = 0
+        for p in chunks[:200]:
+            pid_, total, off, _ = MSG.unpack_from(p.data, 32)
+            n = p.plen
+            muts = [
+                with_msg(p.data, offset=total - n + 1),
+                with_msg(p.data, offset=total),
+                with_msg(p.data, offset=0xFFFFFFFF - n // 2),
+                with_msg(p.data, offset=0, total=max(n - 1, 1)),
+                with_msg(p.data, total=(64 << 20) + 1),
+                with_msg(p.data, total=0),
+                with_msg(p.data, id=0),
+                with_header(p, plen=n + 1),
+                with_header(p, plen=0xFFFF),
+            ]
+            # The same as GetReply (tag 0): no GET is outstanding, and it overruns anyway.
+            muts += [with_header(Pkt(p.dst, m, 0), kind=6, tag=0) for m in muts[:5]]
+            for m in muts:
+                tx.send(p.dst, m)
+            # Parses (offset + len <= total) but contradicts the fragment's real total.
+            tx.send(p.dst, with_msg(p.data, total=min(total * 2, 64 << 20)))
+            consistent += 1
+        extra = f"consistent_mutations={consistent} chunks_used={min(len(chunks), 200)}"
+    elif a.attack == "putget":
+        # Per direction (sender id -> receiver key): the highest sequence number seen.
+        last = {}
+        proto = {}
+        for p in valid:
+            if p.kind in SEQUENCED:
+                d = (p.src, p.key)
+                if d not in last or ((p.seq - last[d]) & 0xFFFF) < 0x8000:
+                    last[d] = p.seq
+                    proto[d] = p
+        in_window = 0
+        for (src, key), s in sorted(last.items()):
+            p = proto[(src, key)]
+            dst = p.dst
+            for k in range(40):
+                region = rng.choice([0, 1, 0xFFFFFFFFFFFFFFFF, rng.getrandbits(64)])
+                roff = rng.choice([0, 1 << 40, 0xFFFFFFFFFFFFFFFF - 4096, rng.getrandbits(48)])
+                payload = rng.randbytes(512)
+                seq = (s + 2500 + 2 * k) & 0xFFFF
+                put = HDR.pack(1, 4, 0, 0, seq, 0, src, key, len(payload), 0, 0) + \
+                    MSG.pack(rng.randrange(1, 1 << 32), 4096, 0, 0) + REGION.pack(region, roff) + payload
+                get = HDR.pack(1, 5, 0, 0, (seq + 1) & 0xFFFF, 0, src, key, 0, 0, 0) + \
+                    MSG.pack(rng.randrange(1, 1 << 32), rng.choice([1, 4096, 1 << 20, 64 << 20]), 0, 0) + \
+                    REGION.pack(region, roff)
+                tx.send(dst, put)
+                tx.send(dst, get)
+                in_window += 2
+                # Old sequence numbers (duplicates) and region_offset + total overflowing u64.
+                tx.send(dst, HDR.pack(1, 4, 0, 0, (s - 5) & 0xFFFF, 0, src, key, len(payload), 0, 0)
+                        + MSG.pack(9, 4096, 0, 0) + REGION.pack(region, roff) + payload)
+                tx.send(dst, HDR.pack(1, 5, 0, 0, (s + 3000) & 0xFFFF, 0, src, key, 0, 0, 0)
+                        + MSG.pack(9, 8192, 0, 0) + REGION.pack(region, 0xFFFFFFFFFFFFF000))
+        extra = f"in_window={in_window} directions={len(last)}"
+    elif a.attack == "flood":
+        seqd = [p for p in valid if p.kind in SEQUENCED]
+        acks = [p for p in valid if p.kind == 1]
+        fl = Sender(pace=200)
+        for i in range(a.count):
+            if seqd:
+                fl.send(seqd[0].dst, seqd[0].data)
+            if acks and i % 4 == 0:
+                fl.send(acks[0].dst, acks[0].data)
+        tx = fl
+        extra = f"sequenced_copies={a.count if seqd else 0}"
+    alive = all(os.path.exists(f"/proc/{pid}") for pid in pids)
+    log(f"sent {tx.n} datagrams ({tx.errors} send errors); job still running: {alive}")
+    print(f"HOSTILE {a.attack} sent={tx.n} captured={len(caps)} alive={int(alive)} {extra}".rstrip(),
+          flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
