@@ -493,3 +493,71 @@ fn valgrind_log_parser_finds_our_leaks() {
     assert!(is_our_error(&recs[0]));
     assert!(!is_our_error(&recs[1]));
 }
+
+#[test]
+fn same_node_switch_and_connectivity_map() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let map = workdir().join("cmap");
+    for f in std::fs::read_dir(workdir()).unwrap().flatten() {
+        if f.file_name().to_string_lossy().starts_with("cmap-") {
+            let _ = std::fs::remove_file(f.path());
+        }
+    }
+    let map_arg = map.to_string_lossy().into_owned();
+    // Default: same-node peers are reached over usnic (loopback module), and the map says so.
+    let o = mpirun(
+        2,
+        &[
+            "--mca",
+            "btl",
+            "usnic,self",
+            "--mca",
+            "btl_usnic_connectivity_map",
+            &map_arg,
+        ],
+        &["pingpong", "4096", "5"],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    let maps: Vec<String> = std::fs::read_dir(workdir())
+        .unwrap()
+        .flatten()
+        .filter(|f| f.file_name().to_string_lossy().starts_with("cmap-"))
+        .map(|f| std::fs::read_to_string(f.path()).unwrap())
+        .collect();
+    assert_eq!(maps.len(), 2, "one map per rank");
+    for m in &maps {
+        assert_eq!(m.lines().count(), 1, "{m}");
+        assert!(m.starts_with("rank ") && m.contains(" via "), "{m}");
+    }
+    // btl_usnic_same_node=0 restores the original rule: vader carries the traffic, usnic none.
+    let o = mpirun(
+        2,
+        &[
+            "--mca",
+            "btl",
+            "usnic,vader,self",
+            "--mca",
+            "btl_usnic_same_node",
+            "0",
+            "--mca",
+            "btl_usnic_stats",
+            "1000",
+        ],
+        &["pingpong", "4096", "5"],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("OK: 0 errors"), "{out}");
+    let finals: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("stats (final)"))
+        .collect();
+    assert!(!finals.is_empty(), "{err}");
+    assert!(
+        finals
+            .iter()
+            .all(|l| l.contains(" sends 0 ") && l.contains(" recvs 0 ")),
+        "{err}"
+    );
+}
