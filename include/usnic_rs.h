@@ -49,7 +49,7 @@ typedef struct {
   int verbose;
   bool ack_thread;
   int rto_min;
-  bool rdma;
+  char *rdma;
 } usnic_rs_params_t;
 
 /*

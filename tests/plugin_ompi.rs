@@ -178,7 +178,7 @@ fn every_parameter_has_help() {
         ("verbose", "0"),
         ("ack_thread", "true"),
         ("rto_min", "0"),
-        ("rdma", "false"),
+        ("rdma", "none"),
     ];
     for (name, value) in expected {
         let p = format!("mca:btl:usnic:param:btl_usnic_{name}:");
@@ -360,34 +360,58 @@ fn thread_multiple_four_threads_per_rank() {
 }
 
 #[test]
-fn pingpong_with_emulated_rdma_uses_get() {
+fn pingpong_with_emulated_put_and_get() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // "get": ob1 fetches large messages with btl_get (RGET); "put": the receiver asks the sender
+    // to btl_put into its registered buffer. Every byte is checked by the program.
+    for (rdma, counter) in [("get", " gets "), ("put", " puts ")] {
+        let o = mpirun(
+            2,
+            &[
+                "--mca",
+                "btl",
+                "usnic,self",
+                "--mca",
+                "btl_usnic_rdma",
+                rdma,
+                "--mca",
+                "btl_usnic_stats",
+                "1000",
+            ],
+            &["pingpong", "1048576", "3"],
+        );
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{rdma}\nstdout:\n{out}\nstderr:\n{err}");
+        assert!(out.contains("OK: 0 errors"), "{out}");
+        let zero = format!("{counter}0 ");
+        assert_eq!(per_rank(&err, |l| !l.contains(&zero)), 2, "{rdma}: {err}");
+        assert!(
+            err.lines()
+                .filter(|l| l.contains("stats (final)"))
+                .all(|l| l.contains("refused_writes 0 ")),
+            "{err}"
+        );
+    }
+    // A bad value declines with one line per rank; tcp carries the job.
     let o = mpirun(
         2,
         &[
             "--mca",
             "btl",
-            "usnic,self",
+            "usnic,self,tcp",
             "--mca",
             "btl_usnic_rdma",
-            "1",
-            "--mca",
-            "btl_usnic_stats",
-            "1000",
+            "rput",
         ],
-        &["pingpong", "1048576", "3"],
+        &["pingpong", "1024", "2"],
     );
     let (out, err) = text(&o);
     assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
-    assert!(out.contains("OK: 0 errors"), "{out}");
-    // ob1 fetched the large messages with btl_get (RGET) and every GET landed in memory.
-    assert_eq!(per_rank(&err, |l| !l.contains(" gets 0 ")), 2, "{err}");
-    assert!(
-        err.lines()
-            .filter(|l| l.contains("stats (final)"))
-            .all(|l| l.contains("refused_writes 0 ")),
-        "{err}"
-    );
+    let lines = err
+        .lines()
+        .filter(|l| l.contains("btl_usnic_rdma=rput is invalid"))
+        .count();
+    assert_eq!(lines, 2, "{err}");
 }
 
 #[test]
@@ -414,7 +438,7 @@ fn two_rank_run_is_valgrind_clean() {
     ]);
     // Keep the plugin mapped at exit so valgrind can name its frames.
     c.args(["--mca", "mca_base_component_disable_dlclose", "1"]);
-    c.args(["--mca", "btl_usnic_rdma", "1"]);
+    c.args(["--mca", "btl_usnic_rdma", "put,get"]);
     c.args([
         "valgrind",
         "-q",
@@ -492,4 +516,72 @@ fn valgrind_log_parser_finds_our_leaks() {
     assert_eq!(recs.len(), 2);
     assert!(is_our_error(&recs[0]));
     assert!(!is_our_error(&recs[1]));
+}
+
+#[test]
+fn same_node_switch_and_connectivity_map() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let map = workdir().join("cmap");
+    for f in std::fs::read_dir(workdir()).unwrap().flatten() {
+        if f.file_name().to_string_lossy().starts_with("cmap-") {
+            let _ = std::fs::remove_file(f.path());
+        }
+    }
+    let map_arg = map.to_string_lossy().into_owned();
+    // Default: same-node peers are reached over usnic (loopback module), and the map says so.
+    let o = mpirun(
+        2,
+        &[
+            "--mca",
+            "btl",
+            "usnic,self",
+            "--mca",
+            "btl_usnic_connectivity_map",
+            &map_arg,
+        ],
+        &["pingpong", "4096", "5"],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    let maps: Vec<String> = std::fs::read_dir(workdir())
+        .unwrap()
+        .flatten()
+        .filter(|f| f.file_name().to_string_lossy().starts_with("cmap-"))
+        .map(|f| std::fs::read_to_string(f.path()).unwrap())
+        .collect();
+    assert_eq!(maps.len(), 2, "one map per rank");
+    for m in &maps {
+        assert_eq!(m.lines().count(), 1, "{m}");
+        assert!(m.starts_with("rank ") && m.contains(" via "), "{m}");
+    }
+    // btl_usnic_same_node=0 restores the original rule: vader carries the traffic, usnic none.
+    let o = mpirun(
+        2,
+        &[
+            "--mca",
+            "btl",
+            "usnic,vader,self",
+            "--mca",
+            "btl_usnic_same_node",
+            "0",
+            "--mca",
+            "btl_usnic_stats",
+            "1000",
+        ],
+        &["pingpong", "4096", "5"],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("OK: 0 errors"), "{out}");
+    let finals: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("stats (final)"))
+        .collect();
+    assert!(!finals.is_empty(), "{err}");
+    assert!(
+        finals
+            .iter()
+            .all(|l| l.contains(" sends 0 ") && l.contains(" recvs 0 ")),
+        "{err}"
+    );
 }

@@ -226,12 +226,21 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
             flags: sys::MCA_BTL_FLAGS_SEND
                 | sys::MCA_BTL_FLAGS_SEND_INPLACE
                 | sys::MCA_BTL_FLAGS_SINGLE_ADD_PROCS
-                | if settings.rdma {
-                    sys::MCA_BTL_FLAGS_PUT | sys::MCA_BTL_FLAGS_GET
+                | if settings.rdma.0 {
+                    sys::MCA_BTL_FLAGS_PUT
+                } else {
+                    0
+                }
+                | if settings.rdma.1 {
+                    sys::MCA_BTL_FLAGS_GET
                 } else {
                     0
                 },
-            rdma_limit: if settings.rdma { RDMA_LIMIT } else { 0 },
+            rdma_limit: if settings.rdma.0 || settings.rdma.1 {
+                RDMA_LIMIT
+            } else {
+                0
+            },
         };
         log::verbose(5, || {
             format!(

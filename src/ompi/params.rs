@@ -46,7 +46,7 @@ pub struct usnic_rs_params_t {
     pub verbose: c_int,
     pub ack_thread: bool,
     pub rto_min: c_int,
-    pub rdma: bool,
+    pub rdma: *mut c_char,
 }
 
 /// Validated parameters.
@@ -82,7 +82,8 @@ pub struct Settings {
     pub ack_thread: bool,
     /// 0 = the core's default floor.
     pub rto_min_us: u64,
-    pub rdma: bool,
+    /// Emulated RDMA offered to the PML: (PUT, GET).
+    pub rdma: (bool, bool),
 }
 
 /// Default priority-channel MTU, the original's `max_tiny_msg_size`.
@@ -129,6 +130,26 @@ fn auto_or(name: &str, v: c_int, min: c_int) -> Result<Option<usize>, String> {
     } else {
         Ok(Some(v as usize))
     }
+}
+
+/// `btl_usnic_rdma`: empty/"none", or a comma list of "put" and "get".
+fn parse_rdma(v: Option<&str>) -> Result<(bool, bool), String> {
+    let mut out = (false, false);
+    for tok in v.unwrap_or("").split(',').map(str::trim) {
+        match tok {
+            "" | "none" => {}
+            "put" => out.0 = true,
+            "get" => out.1 = true,
+            other => {
+                return Err(format!(
+                "btl_usnic_rdma={} is invalid (\"none\", or a comma list of \"put\" and \"get\"; \
+                     \"{other}\" is neither)",
+                v.unwrap_or("")
+            ))
+            }
+        }
+    }
+    Ok(out)
 }
 
 impl Settings {
@@ -222,7 +243,7 @@ impl Settings {
             verbose: at_least("verbose", p.verbose, 0)? as u32,
             ack_thread: p.ack_thread,
             rto_min_us: at_least("rto_min", p.rto_min, 0)? as u64,
-            rdma: p.rdma,
+            rdma: parse_rdma(opt_string("rdma", p.rdma)?.as_deref())?,
         })
     }
 
@@ -294,7 +315,7 @@ pub(crate) mod tests {
             verbose: 0,
             ack_thread: true,
             rto_min: 0,
-            rdma: false,
+            rdma: core::ptr::null_mut(),
         }
     }
 
@@ -351,6 +372,19 @@ pub(crate) mod tests {
             assert!(e.starts_with(name), "{name}: {e}");
             assert!(!e.contains('\n'));
         }
+    }
+
+    #[test]
+    fn rdma_lists() {
+        assert_eq!(parse_rdma(None), Ok((false, false)));
+        assert_eq!(parse_rdma(Some("none")), Ok((false, false)));
+        assert_eq!(parse_rdma(Some("put")), Ok((true, false)));
+        assert_eq!(parse_rdma(Some("get, put")), Ok((true, true)));
+        let e = parse_rdma(Some("put,rget")).unwrap_err();
+        assert!(
+            e.starts_with("btl_usnic_rdma=put,rget") && e.contains("rget"),
+            "{e}"
+        );
     }
 
     #[test]
