@@ -91,11 +91,19 @@ if [ -s /run/netns-cluster/hosts ]; then
     fi
 fi
 
+impaired=""
+# clear only the impairments we installed; nc-netem (delay/reorder) prints its counters when it stops
+clear_netem() {
+    local h
+    for h in $impaired; do
+        "$NC" netem "$h" clear >/dev/null 2>&1
+        [ -f "/run/netns-cluster/$h.netem.log" ] && grep -h 'seen' "/run/netns-cluster/$h.netem.log" | sed "s/^/run-netns: $h /"
+    done
+    impaired=""
+}
 cleanup() {
     local h
-    if [ -n "$NETEM" ]; then
-        for h in $(seq 1 "$hmax"); do "$NC" netem "h$h" clear >/dev/null 2>&1; done
-    fi
+    clear_netem >/dev/null
     if [ "$owned" = 1 ] && [ "${KEEP_CLUSTER:-0}" != 1 ]; then
         # our runs are over (strays were reaped): processes still in a host belong to someone else
         local busy=""
@@ -126,6 +134,7 @@ if [ -n "$NETEM" ]; then
     [ "${NETEM_BOTH:-0}" = 1 ] && both=(--both)
     for h in $(seq 1 "$hmax"); do
         # shellcheck disable=SC2086
+        impaired+=" h$h"
         "$NC" netem "h$h" "${both[@]}" $NETEM 9>&- || cannot "netns-cluster.sh netem h$h '$NETEM' failed (delay/reorder need: $NC deps)"
     done
 fi
@@ -171,8 +180,6 @@ for prog in $PROGS; do
     done
 done
 echo "run-netns: total $(( $(date +%s) - start )) s"
-[ -n "$NETEM" ] && for h in $(seq 1 "$hmax"); do
-    [ -f "/run/netns-cluster/h$h.netem.log" ] && tail -n 1 "/run/netns-cluster/h$h.netem.log" | sed "s/^/h$h /"
-done
+clear_netem
 print_table
 [ "$RUNS_FAILED" -eq 0 ]
