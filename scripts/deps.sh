@@ -2,7 +2,8 @@
 # Installs the Debian packages the build and the tests need, only when something is missing.
 set -euo pipefail
 pkgs=(openmpi-bin libopenmpi-dev libfabric-dev libfabric-bin libclang-dev clang pkg-config
-      valgrind iproute2 nftables python3-mpi4py python3-pytest)
+      valgrind iproute2 nftables iptables iputils-ping libnetfilter-queue-dev gcc make
+      python3-mpi4py python3-matplotlib netpipe-openmpi)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
