@@ -64,8 +64,8 @@ USNIC_STATS_MCA=${USNIC_STATS_MCA:---mca btl_usnic_stats 3600}
 retrans_of() {
     local dir=$1 rs c
     suite_is_usnic "$BTL" || { echo "n/a (tcp)"; return; }
-    # the suite's runs only (not the preflight job, which is not part of the measured run)
-    local logs=("$dir"/*-np*-*/mpirun.log)
+    # the suite's runs only (ranks write to rank.N; not the preflight job, which is not measured)
+    local logs=("$dir"/*-np*-*/rank.* "$dir"/*-np*-*/mpirun.log)
     rs=$(grep -hoE 'stats \(final\) .*resends timeout [0-9]+ fast [0-9]+' "${logs[@]}" 2>/dev/null |
         sed -E 's/.*resends timeout ([0-9]+) fast ([0-9]+)$/\1 \2/')
     if [ -z "$rs" ]; then
