@@ -64,10 +64,12 @@ USNIC_STATS_MCA=${USNIC_STATS_MCA:---mca btl_usnic_stats 3600}
 retrans_of() {
     local dir=$1 rs c
     suite_is_usnic "$BTL" || { echo "n/a (tcp)"; return; }
-    rs=$(grep -rhoE 'stats \(final\) .*resends timeout [0-9]+ fast [0-9]+' "$dir" 2>/dev/null |
+    # the suite's runs only (ranks write to rank.N; not the preflight job, which is not measured)
+    local logs=("$dir"/*-np*-*/rank.* "$dir"/*-np*-*/mpirun.log)
+    rs=$(grep -hoE 'stats \(final\) .*resends timeout [0-9]+ fast [0-9]+' "${logs[@]}" 2>/dev/null |
         sed -E 's/.*resends timeout ([0-9]+) fast ([0-9]+)$/\1 \2/')
     if [ -z "$rs" ]; then
-        rs=$(grep -rhoE 'R\(T\+F\)/A: *[0-9]+\([0-9]+\+[0-9]+\)/[0-9]+/[0-9]+/[0-9]+\([0-9]+\+[0-9]+\)' "$dir" 2>/dev/null |
+        rs=$(grep -hoE 'R\(T\+F\)/A: *[0-9]+\([0-9]+\+[0-9]+\)/[0-9]+/[0-9]+/[0-9]+\([0-9]+\+[0-9]+\)' "${logs[@]}" 2>/dev/null |
             sed -E 's/.*\/[0-9]+\(([0-9]+)\+([0-9]+)\)$/\1 \2/')
     fi
     c=$(echo "$rs" | grep -c .)
