@@ -321,3 +321,24 @@ fn client_waits_for_a_late_agent_and_gives_up_on_none() {
     agent.stop();
     assert!(!path.exists(), "stop removes the socket");
 }
+
+#[test]
+fn requests_to_a_stopped_agent_fail_without_killing_the_process() {
+    let a = host("hosta6", 50, 3, false);
+    a.client.listen(A, 1472).unwrap();
+    a.agent.stop();
+    // Open MPI processes keep SIGPIPE's default action (terminate), unlike Rust's test harness,
+    // which ignores it: restore the default so a plain write() would end this binary.
+    // SAFETY: setting a signal disposition to SIG_DFL installs no handler code.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    let mut failed = false;
+    for _ in 0..50 {
+        if a.client.ping(ping((A, 1), (B, 2), 1472, "gone")).is_err() {
+            failed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(failed, "writes to a closed agent socket never failed");
+    assert!(a.client.listen(A, 1472).is_err());
+}

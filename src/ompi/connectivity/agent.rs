@@ -98,7 +98,7 @@ impl Agent {
 
     fn shutdown(&mut self) {
         if let Some(t) = self.thread.take() {
-            let _ = (&self.wake).write_all(&[1]);
+            let _ = sys::NoSigPipe(&self.wake).write_all(&[1]);
             let _ = t.join();
             let _ = std::fs::remove_file(&self.path);
         }
@@ -264,7 +264,10 @@ impl State {
             }
             self.conns[i].buf.drain(..ipc::HELLO_LEN);
             self.conns[i].greeted = true;
-            if (&self.conns[i].stream).write_all(&hello).is_err() {
+            if sys::NoSigPipe(&self.conns[i].stream)
+                .write_all(&hello)
+                .is_err()
+            {
                 return false;
             }
         }
@@ -290,7 +293,8 @@ impl State {
                         result,
                     });
                     // The reply is 18 bytes into an otherwise idle socket: it does not block.
-                    if ipc::write_frame(&mut &self.conns[i].stream, &reply).is_err() {
+                    if ipc::write_frame(&mut sys::NoSigPipe(&self.conns[i].stream), &reply).is_err()
+                    {
                         return false;
                     }
                 }

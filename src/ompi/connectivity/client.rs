@@ -7,6 +7,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::ipc::{self, Msg};
+use super::sys::NoSigPipe;
 
 pub struct Client {
     /// Requests come from any thread that first uses an endpoint; one at a time on the stream.
@@ -40,7 +41,7 @@ impl Client {
         };
         // A live agent answers at once; a wedged one must not hang MPI_Init forever.
         stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-        stream.write_all(&ipc::hello())?;
+        NoSigPipe(&stream).write_all(&ipc::hello())?;
         let mut back = [0u8; ipc::HELLO_LEN];
         stream.read_exact(&mut back).map_err(|e| {
             io::Error::new(
@@ -67,7 +68,10 @@ impl Client {
     /// Asks for a UDP listener on `ipv4` (created once per host and address); returns its port.
     pub fn listen(&self, ipv4: Ipv4Addr, large_size: u32) -> io::Result<u16> {
         let mut s = self.lock();
-        ipc::write_frame(&mut *s, &Msg::Listen(ipc::Listen { ipv4, large_size }))?;
+        ipc::write_frame(
+            &mut NoSigPipe(&s),
+            &Msg::Listen(ipc::Listen { ipv4, large_size }),
+        )?;
         match ipc::read_frame(&mut *s)? {
             Msg::ListenReply(r) if r.ipv4 == ipv4 => r.result.map_err(io::Error::from_raw_os_error),
             other => Err(io::Error::new(
@@ -80,6 +84,6 @@ impl Client {
     /// Asks the agent to check a path; returns without waiting for the result (the agent reports
     /// and aborts on failure).
     pub fn ping(&self, p: ipc::Ping) -> io::Result<()> {
-        ipc::write_frame(&mut *self.lock(), &Msg::Ping(p))
+        ipc::write_frame(&mut NoSigPipe(&self.lock()), &Msg::Ping(p))
     }
 }

@@ -94,3 +94,31 @@ pub fn interface_of(ip: Ipv4Addr) -> Option<(String, u32)> {
     unsafe { libc::freeifaddrs(head) };
     found
 }
+
+/// Writes to a stream socket with MSG_NOSIGNAL: a peer that went away must give EPIPE, not a
+/// SIGPIPE that kills the MPI process (Open MPI leaves SIGPIPE at its default, terminate).
+pub struct NoSigPipe<'a>(pub &'a std::os::unix::net::UnixStream);
+
+impl io::Write for NoSigPipe<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: the fd is an open socket borrowed for the call; buf is readable for its length.
+        let n = unsafe {
+            libc::send(
+                self.0.as_raw_fd(),
+                buf.as_ptr().cast(),
+                buf.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
