@@ -12,7 +12,8 @@
 set -u
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
-NC=${NC:-$ROOT/../shared/tools/netns-cluster.sh}
+NC=${NC:-/work/shared/tools/netns-cluster.sh}
+[ -x "$NC" ] || NC=$ROOT/../shared/tools/netns-cluster.sh
 export NC_NET=10.77.0
 ACK_MS=100
 RETRIES=10
@@ -44,7 +45,7 @@ SYS=$(ompi_info --parsable --path pkglibdir | sed 's/^path:pkglibdir://')
 
 # One user of the cluster at a time (the lock tests/run-netns.sh takes too).
 exec 9>/run/lock/usnic-rs-netns.lock
-flock -w 600 9 || cannot "another user holds /run/lock/usnic-rs-netns.lock"
+flock -w "${LOCK_WAIT:-1800}" 9 || cannot "another user held /run/lock/usnic-rs-netns.lock for ${LOCK_WAIT:-1800} s (LOCK_WAIT=...)"
 owned=0
 if [ ! -s /run/netns-cluster/hosts ] || [ "$(wc -l </run/netns-cluster/hosts)" -lt 2 ]; then
     owned=1
@@ -63,23 +64,33 @@ cleanup() {
 trap cleanup EXIT
 "$NC" status
 
-# run NAME [extra mpirun args...]: output in $WORK/NAME.log, status in RC, seconds in SECS.
+# run NAME [extra mpirun args...]: output in $WORK/NAME.log, status in RC, seconds in SECS,
+# and in MSG_AT the seconds from the start to the first line of a checker message (or "none").
 run() {
     local name=$1
     shift
-    local t0 t1
-    t0=$(date +%s.%N)
+    local t0=$EPOCHREALTIME line
+    : >"$WORK/$name.log"
+    MSG_AT=none
     "$NC" exec h1 timeout -k 5 90 mpirun -np 2 --host h1,h2 --bind-to none \
         --mca plm_rsh_agent "$NC rsh-agent" --mca oob_tcp_if_include "$NC_NET.0/24" \
         --mca mca_base_component_path "$SYS:$WORK/components" \
         --mca pml ob1 --mca btl usnic,self --mca btl_usnic_if_include "$NC_NET.0/24" \
         --mca btl_usnic_connectivity_ack_timeout $ACK_MS \
         --mca btl_usnic_connectivity_error_num_retries $RETRIES \
-        "$@" "$WORK/ring" >"$WORK/$name.log" 2>&1
-    RC=$?
-    t1=$(date +%s.%N)
-    SECS=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')
-    echo "--- $name: rc=$RC ${SECS}s"
+        "$@" "$WORK/ring" 2>&1 | {
+        while IFS= read -r line; do
+            printf '%s\n' "$line" >>"$WORK/$name.log"
+            if [ "$MSG_AT" = none ] && [[ "$line" == *"Local host:"* ]]; then
+                MSG_AT=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN{printf "%.1f", b-a}')
+                echo "$MSG_AT" >"$WORK/$name.msg_at"
+            fi
+        done
+    }
+    RC=${PIPESTATUS[0]}
+    SECS=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN{printf "%.1f", b-a}')
+    MSG_AT=$(cat "$WORK/$name.msg_at" 2>/dev/null || echo none)
+    echo "--- $name: rc=$RC ${SECS}s, first checker message at ${MSG_AT}s"
     sed 's/^/    | /' "$WORK/$name.log" | head -40
 }
 
@@ -107,7 +118,7 @@ quiet() { ! grep -qiE "connectivity|aborting" "$WORK/$1.log"; }
 
 # (a) healthy
 run healthy
-if [ $RC -eq 0 ] && grep -q "^PASS connectivity np=2" "$WORK/healthy.log" && quiet healthy; then
+if [ $RC -eq 0 ] && grep -q "^PASS ring np=2" "$WORK/healthy.log" && quiet healthy; then
     ok "(a) healthy job passes, nothing printed (${SECS}s)"
 else
     ko "(a) healthy job: rc=$RC or unexpected output (log above)"
@@ -132,11 +143,15 @@ table inet usnicrs_cc {
 NFT
 run udp-blocked
 ip netns exec h2 nft delete table inet usnicrs_cc
-limit=$(awk -v b="$BASE" -v a=$ACK_MS -v r=$RETRIES 'BEGIN{printf "%.1f", b + a * r / 1000 + 5}')
-if [ $RC -ne 0 ] && awk -v s="$SECS" -v l="$limit" 'BEGIN{exit !(s <= l)}'; then
-    ok "(b) blocked UDP: job stopped, rc=$RC, ${SECS}s <= ${limit}s (healthy ${BASE}s + ${ACK_MS}ms x $RETRIES + 5s)"
+# The message within launch time (the healthy job's whole run) + ack_timeout x retries + 2 s;
+# the job gone within 10 s more (mpirun's own teardown).
+msg_limit=$(awk -v b="$BASE" -v a=$ACK_MS -v r=$RETRIES 'BEGIN{printf "%.1f", b + a * r / 1000 + 2}')
+end_limit=$(awk -v m="$msg_limit" 'BEGIN{printf "%.1f", m + 10}')
+within() { [ "$1" != none ] && awk -v s="$1" -v l="$2" 'BEGIN{exit !(s <= l)}'; }
+if [ $RC -ne 0 ] && within "$MSG_AT" "$msg_limit" && within "$SECS" "$end_limit"; then
+    ok "(b) blocked UDP: message at ${MSG_AT}s <= ${msg_limit}s (healthy run ${BASE}s + ${ACK_MS}ms x $RETRIES + 2s), job ended rc=$RC at ${SECS}s <= ${end_limit}s"
 else
-    ko "(b) blocked UDP: rc=$RC after ${SECS}s (limit ${limit}s)"
+    ko "(b) blocked UDP: rc=$RC, message at ${MSG_AT}s (limit ${msg_limit}s), end at ${SECS}s (limit ${end_limit}s)"
 fi
 if expect_block "$WORK/udp-blocked.log" "connectivity error: small bad, large bad" h1 10.77.0.1/24 h2 10.77.0.2 1472 ||
     expect_block "$WORK/udp-blocked.log" "connectivity error: small bad, large bad" h2 10.77.0.2/24 h1 10.77.0.1 1472; then
@@ -150,18 +165,18 @@ grep -q "aborting the MPI job" "$WORK/udp-blocked.log" && ok "(b) abort line pri
 ip -n ncbr link set p2 mtu 1200 || cannot "cannot set p2 mtu"
 run small-switch-mtu
 ip -n ncbr link set p2 mtu "$P2_MTU"
-if [ $RC -ne 0 ] && { expect_block "$WORK/small-switch-mtu.log" "connectivity error: small ok, large bad" h1 10.77.0.1/24 h2 10.77.0.2 1472 ||
+if [ $RC -ne 0 ] && within "$MSG_AT" "$msg_limit" && { expect_block "$WORK/small-switch-mtu.log" "connectivity error: small ok, large bad" h1 10.77.0.1/24 h2 10.77.0.2 1472 ||
     expect_block "$WORK/small-switch-mtu.log" "connectivity error: small ok, large bad" h2 10.77.0.2/24 h1 10.77.0.1 1472; }; then
-    ok "(c) switch port MTU 1200: rc=$RC, exact 'small ok, large bad' message (${SECS}s)"
+    ok "(c) switch port MTU 1200: rc=$RC, exact 'small ok, large bad' message at ${MSG_AT}s <= ${msg_limit}s"
 else
-    ko "(c) switch port MTU 1200: rc=$RC, expected message missing"
+    ko "(c) switch port MTU 1200: rc=$RC, message at ${MSG_AT}s (limit ${msg_limit}s) or not the expected one"
 fi
 
 # (d) h2's own interface at MTU 1200: both ends agree on 1172-byte datagrams
 ip -n h2 link set veth0 mtu 1200 || cannot "cannot set h2 veth0 mtu"
 run small-host-mtu --mca btl_usnic_verbose 20
 ip -n h2 link set veth0 mtu "$V2_MTU"
-if [ $RC -eq 0 ] && grep -q "^PASS connectivity np=2" "$WORK/small-host-mtu.log" &&
+if [ $RC -eq 0 ] && grep -q "^PASS ring np=2" "$WORK/small-host-mtu.log" &&
     grep -q "usnic connectivity GOOD between h1 veth0 10.77.0.1 and h2 10.77.0.2 (sizes 40 and 1172" "$WORK/small-host-mtu.log"; then
     ok "(d) h2 MTU 1200: job passes, path checked with 1172-byte probes"
 else

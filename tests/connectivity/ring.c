@@ -1,5 +1,5 @@
 /* Two ranks exchange a small and an MTU-sized-and-larger message both ways, then print
- * "PASS connectivity np=N". Used by netns.sh: a healthy path must pass, a broken one must be
+ * "PASS ring np=N". Used by netns.sh: a healthy path must pass, a broken one must be
  * stopped by the connectivity checker before the BTL's own peer timeout. */
 #include <mpi.h>
 #include <stdio.h>
@@ -20,13 +20,13 @@ int main(int argc, char **argv)
                      MPI_STATUS_IGNORE);
         for (int j = 0; j < n; j++) {
             if (back[j] != (char)('a' + (int)i + peer)) {
-                printf("FAIL connectivity np=%d: byte %d of %d from rank %d\n", size, j, n, peer);
+                printf("FAIL ring np=%d: byte %d of %d from rank %d\n", size, j, n, peer);
                 MPI_Abort(MPI_COMM_WORLD, 2);
             }
         }
     }
     MPI_Barrier(MPI_COMM_WORLD);
-    if (rank == 0) printf("PASS connectivity np=%d\n", size);
+    if (rank == 0) printf("PASS ring np=%d\n", size);
     MPI_Finalize();
     return 0;
 }
