@@ -6,4 +6,5 @@
 //! - `ompi`: the Open MPI edge (entry points the C shim calls, descriptors, modex, MCA params).
 
 pub mod fabric;
+pub mod ompi;
 pub mod proto;

@@ -19,6 +19,10 @@
 #   NC_NET=10.77.0      cluster /24 prefix (passed to netns-cluster.sh)
 #   NC_PIN=1            pin host I to CPU (I-1) mod nproc (netns-cluster.sh)
 #   KEEP_CLUSTER=1      leave the cluster up at the end
+#   NC_LOCK_WAIT=1800   seconds to wait for the cluster lock
+#   SHARED_NETEM=1      allow NETEM while other processes run inside the hosts
+# netns-cluster.sh has fixed host names, so its users share one cluster: an existing cluster is
+# reused and left up, and it is taken down at the end only if no other process runs in it.
 # If it cannot run (not root, no network namespaces, the cluster does not come
 # up, an impairment cannot be installed) it says why, prints "0 passed, 1 failed"
 # and exits 1: never a silent pass.
@@ -68,12 +72,18 @@ for l in $LAYOUTS; do
 done
 
 # Only one user of the cluster at a time: netns-cluster.sh has fixed host names (h1..hN).
+# (tests/suite/netns.sh takes the same lock.)
 exec 9>/run/lock/usnic-rs-netns.lock
-flock -w 600 9 || cannot "another run-netns.sh holds /run/lock/usnic-rs-netns.lock"
+if ! flock -n 9; then
+    echo "run-netns: waiting for /run/lock/usnic-rs-netns.lock (another netns run holds it)"
+    flock -w "${NC_LOCK_WAIT:-1800}" 9 || cannot "another run holds /run/lock/usnic-rs-netns.lock for more than ${NC_LOCK_WAIT:-1800}s"
+fi
 
 owned=1
 if [ -s /run/netns-cluster/hosts ]; then
     have=$(wc -l </run/netns-cluster/hosts)
+    # never shrink someone else's cluster: "up N" removes hosts above N
+    [ "$have" -gt "$hmax" ] && hmax=$have
     echo "run-netns: note: a netns cluster is already up ($have host(s)); someone else may be using it."
     if [ "$have" -ge "$hmax" ]; then
         owned=0
@@ -86,7 +96,18 @@ cleanup() {
     if [ -n "$NETEM" ]; then
         for h in $(seq 1 "$hmax"); do "$NC" netem "h$h" clear >/dev/null 2>&1; done
     fi
-    if [ "$owned" = 1 ] && [ "${KEEP_CLUSTER:-0}" != 1 ]; then "$NC" down >/dev/null 2>&1; fi
+    if [ "$owned" = 1 ] && [ "${KEEP_CLUSTER:-0}" != 1 ]; then
+        # our runs are over (strays were reaped): processes still in a host belong to someone else
+        local busy=""
+        for h in $(cat /run/netns-cluster/hosts 2>/dev/null); do
+            [ -n "$(ip netns pids "$h" 2>/dev/null)" ] && busy+=" $h"
+        done
+        if [ -n "$busy" ]; then
+            echo "run-netns: leaving the cluster up: other processes run in$busy"
+        else
+            "$NC" down >/dev/null 2>&1
+        fi
+    fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -96,11 +117,16 @@ if [ "$owned" = 1 ]; then
     cat "$LOGDIR/cluster-up.log"
 fi
 if [ -n "$NETEM" ]; then
+    # we hold the lock, so cooperating users are idle; processes inside the hosts would still be hit
+    busy=""
+    for h in $(seq 1 "$hmax"); do [ -n "$(ip netns pids "h$h" 2>/dev/null)" ] && busy+=" h$h"; done
+    [ -z "$busy" ] || [ "${SHARED_NETEM:-0}" = 1 ] \
+        || cannot "NETEM would impair other processes running in$busy (SHARED_NETEM=1 to do it anyway)"
     both=()
     [ "${NETEM_BOTH:-0}" = 1 ] && both=(--both)
     for h in $(seq 1 "$hmax"); do
         # shellcheck disable=SC2086
-        "$NC" netem "h$h" "${both[@]}" $NETEM || cannot "netns-cluster.sh netem h$h '$NETEM' failed (delay/reorder need: $NC deps)"
+        "$NC" netem "h$h" "${both[@]}" $NETEM 9>&- || cannot "netns-cluster.sh netem h$h '$NETEM' failed (delay/reorder need: $NC deps)"
     done
 fi
 "$NC" status

@@ -32,6 +32,7 @@ static void send_all(int phase, int root, int sync_before)
 {
     MPI_Request *rq = malloc(sizeof *rq * (size_t)K);
     uint8_t **b = malloc(sizeof *b * (size_t)K);
+    T_WHERE("phase %d: sending %d messages to root %d", phase, K, root);
     if (sync_before) MPI_Barrier(MPI_COMM_WORLD);
     for (int s = 0; s < K; s++) {
         int len = msg_len(phase, t_rank, s);
@@ -56,6 +57,7 @@ static void check_msg(int phase, int *next, MPI_Status *st, uint8_t *buf, const 
         return;
     }
     int seq = next[src]++;
+    T_WHERE("phase %d (%s): root checking message %d from rank %d", phase, how, seq, src);
     snprintf(what, sizeof what, "phase %d (%s) message %d from rank %d", phase, how, seq, src);
     if (seq >= K) {
         t_error("%s: more than %d messages from this source", what, K);
@@ -231,11 +233,13 @@ static void phase_d(int root)
 
 int main(int argc, char **argv)
 {
+    t_early("anysource", argc, argv);
     MPI_Init(&argc, &argv);
     t_setup("anysource", argc, argv);
     K = t_iters(20);
     for (int root = 0; root < t_size; root++) {
         t_log("root %d", root);
+        T_WHERE("root %d: phases 1-5 (the last checked message follows if any)", root);
         /* a barrier after each phase: an eager send completes before it is received,
          * so without it the next phase's messages could match this phase's wildcards */
         phase_a1(root);

@@ -19,6 +19,7 @@ static void test_bcast(int it)
             uint8_t *b = t_alloc(len);
             char what[128];
             snprintf(what, sizeof what, "bcast root %d size %zu iter %d", root, len, it);
+            T_WHERE("%s", what);
             if (t_rank == root) pat_fill(b, len, seed);
             else t_poison(b, len);
             MPICHK(MPI_Bcast(b, (int)len, MPI_BYTE, root, MPI_COMM_WORLD));
@@ -52,6 +53,7 @@ static void test_allreduce(int it)
         }
         t_poison(ir, 8 * (size_t)n);
         t_poison(dr, 8 * (size_t)n);
+        T_WHERE("allreduce count %d iter %d", n, it);
         MPICHK(MPI_Allreduce(is, ir, n, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
         MPICHK(MPI_Allreduce(ds, dr, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
         MPICHK(MPI_Allreduce(MPI_IN_PLACE, ub, n, MPI_UINT64_T, MPI_BXOR, MPI_COMM_WORLD));
@@ -107,6 +109,7 @@ static void test_alltoallv(int it)
         for (int j = 0; j < t_size; j++)
             pat_fill(sbuf + sd[j], 4 * (size_t)sc[j], seed4(5, (uint64_t)t_rank, (uint64_t)j, (uint64_t)(it * 16 + (int)wi)));
         t_poison(rbuf, 4 * (size_t)rtot);
+        T_WHERE("alltoallv width %d iter %d", w, it);
         MPICHK(MPI_Alltoallv(sbuf, sc, sd, MPI_INT, rbuf, rc, rd, MPI_INT, MPI_COMM_WORLD));
         uint8_t *rb = (uint8_t *)rbuf;
         int prev_end = 0;
@@ -129,6 +132,7 @@ static void test_alltoallv(int it)
 
 int main(int argc, char **argv)
 {
+    t_early("collectives", argc, argv);
     MPI_Init(&argc, &argv);
     t_setup("collectives", argc, argv);
     int iters = t_iters(2);

@@ -15,7 +15,8 @@
  * line if the program does not finish in time.
  *
  * Options common to all programs:
- *   -t SECONDS   watchdog (default 120)
+ *   -t SECONDS   watchdog (default 120), armed before MPI_Init (t_early) and
+ *                cancelled after MPI_Finalize; it prints what the rank was doing
  *   -s SCALE     multiply iteration counts (default 1; 0 = minimum)
  *   -v           verbose progress on stderr
  * Environment:
@@ -169,16 +170,36 @@ static void count_check(MPI_Status *st, MPI_Datatype dt, int expect, const char 
 
 /* ---- watchdog --------------------------------------------------------- */
 
+/* what the program is doing now, printed by the watchdog (set it before blocking calls) */
+static char t_where[200] = "in MPI_Init";
+#define T_WHERE(...) snprintf(t_where, sizeof t_where, __VA_ARGS__)
+static void (*t_where_hook)(char *buf, size_t len); /* extra detail (threads) */
+static int t_armed;
+
 static void t_alarm(int sig)
 {
     (void)sig;
-    char msg[256];
+    char msg[1024], extra[600] = "";
+    int inited = 0;
+    if (t_where_hook) t_where_hook(extra, sizeof extra);
+    MPI_Initialized(&inited);
     int n = snprintf(msg, sizeof msg,
-                     "FAIL %s np=%d: watchdog: rank %d still running after %u s (hang?), aborting\n",
-                     t_name, t_size, t_rank, t_timeout);
-    if (n > 0) (void)!write(STDOUT_FILENO, msg, (size_t)n);
-    MPI_Abort(MPI_COMM_WORLD, 3);
+                     "FAIL %s np=%d: watchdog: rank %d (pid %d) still running after %u s (hang?): %s%s; aborting\n",
+                     t_name, t_size, t_rank, (int)getpid(), t_timeout, t_where, extra);
+    if (n > 0) (void)!write(STDOUT_FILENO, msg, (size_t)(n < (int)sizeof msg ? n : (int)sizeof msg - 1));
+    if (inited) MPI_Abort(MPI_COMM_WORLD, 3);
     _exit(3);
+}
+
+/* call first thing in main, before MPI_Init: the watchdog then also covers a hang in MPI_Init */
+static void t_early(const char *name, int argc, char **argv)
+{
+    t_name = name;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "-t") && i + 1 < argc) t_timeout = (unsigned)atoi(argv[++i]);
+    signal(SIGALRM, t_alarm);
+    if (t_timeout) alarm(t_timeout);
+    t_armed = 1;
 }
 
 static int t_iters(int base)
@@ -212,8 +233,12 @@ static void t_setup(const char *name, int argc, char **argv)
     const char *c = getenv("MPITEST_CORRUPT");
     t_corrupt = c && *c && strcmp(c, "0");
     setvbuf(stdout, NULL, _IOLBF, 0);
-    signal(SIGALRM, t_alarm);
-    if (t_timeout) alarm(t_timeout);
+    if (!t_armed) {
+        signal(SIGALRM, t_alarm);
+        if (t_timeout) alarm(t_timeout);
+        t_armed = 1;
+    }
+    T_WHERE("after MPI_Init");
     /* errors (e.g. truncation) must come back as codes so they are reported, not fatal */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     t_start = MPI_Wtime();
@@ -238,6 +263,7 @@ static void t_setup(const char *name, int argc, char **argv)
 static int t_finish(const char *summary)
 {
     long errs = t_errors, total = 0;
+    T_WHERE("collecting results (MPI_Reduce/Gather) in t_finish");
     int failed_here = errs > 0, failed_ranks = 0;
     char *all = NULL;
     if (t_rank == 0) all = calloc((size_t)t_size, ERRLEN);
@@ -258,8 +284,9 @@ static int t_finish(const char *summary)
     }
     free(all);
     MPI_Bcast(&total, 1, MPI_LONG, 0, MPI_COMM_WORLD);
-    alarm(0);
+    T_WHERE("in MPI_Finalize");
     MPI_Finalize();
+    alarm(0);
     return total ? 1 : 0;
 }
 

@@ -225,6 +225,7 @@ static void run_case(int id, const char *size_label, layout_t *snd, layout_t *rc
     t_poison(r, rcv->span);
     MPI_Request rq;
     MPI_Status st;
+    T_WHERE("%s", what);
     MPICHK(MPI_Irecv(r, rcv->count, rcv->type, left, id, MPI_COMM_WORLD, &rq));
     MPICHK(MPI_Send(s, snd->count, snd->type, right, id, MPI_COMM_WORLD));
     MPICHK(MPI_Wait(&rq, &st));
@@ -239,6 +240,7 @@ static void run_case(int id, const char *size_label, layout_t *snd, layout_t *rc
 
 int main(int argc, char **argv)
 {
+    t_early("datatypes", argc, argv);
     MPI_Init(&argc, &argv);
     t_setup("datatypes", argc, argv);
     int reps = t_iters(2);

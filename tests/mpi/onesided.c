@@ -62,6 +62,7 @@ static void check_local(winmem_t *m, int it, int ph, const char *epoch)
 
 int main(int argc, char **argv)
 {
+    t_early("onesided", argc, argv);
     MPI_Init(&argc, &argv);
     t_setup("onesided", argc, argv);
     winmem_t m;
@@ -105,6 +106,7 @@ int main(int argc, char **argv)
         for (int k = 0; k < VB; k++) vsrc[k] = (double)(t_rank * 100000 + k + it);
         for (int d = 0; d < t_size; d++) {
             int t = (t_rank + d) % t_size;
+            T_WHERE("iter %d size %zu: fence epoch with target %d", it, S, t);
             pat_fill(src, S, put_seed(t_rank, t, it, 0));
             MPICHK(MPI_Put(src, (int)S, MPI_BYTE, t, (MPI_Aint)(m.put_off + (size_t)t_rank * SMAX), (int)S, MPI_BYTE, win));
             MPICHK(MPI_Get(getb + (size_t)t * SMAX, (int)S, MPI_BYTE, t, (MPI_Aint)m.get_off, (int)S, MPI_BYTE, win));
@@ -148,6 +150,7 @@ int main(int argc, char **argv)
         t_poison(getb, SMAX * (size_t)t_size);
         for (int d = 0; d < t_size; d++) {
             int t = (t_rank + d + 1) % t_size;
+            T_WHERE("iter %d size %zu: lock epochs with target %d", it, S, t);
             pat_fill(src, S, put_seed(t_rank, t, it, 1));
             MPICHK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, t, 0, win));
             MPICHK(MPI_Put(src, (int)S, MPI_BYTE, t, (MPI_Aint)(m.put_off + (size_t)t_rank * SMAX), (int)S, MPI_BYTE, win));
@@ -161,6 +164,7 @@ int main(int argc, char **argv)
         /* atomic counter on rank it % size */
         int ctr = it % t_size;
         int64_t one = 1, *got = malloc(8 * (size_t)fetch_k);
+        T_WHERE("iter %d: fetch_and_op on rank %d", it, ctr);
         MPICHK(MPI_Win_lock(MPI_LOCK_SHARED, ctr, 0, win));
         for (int k = 0; k < fetch_k; k++) {
             MPICHK(MPI_Fetch_and_op(&one, &got[k], MPI_INT64_T, ctr, (MPI_Aint)m.cnt_off, MPI_SUM, win));

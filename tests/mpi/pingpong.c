@@ -62,6 +62,7 @@ static long msgs, bytes;
 static void do_send(const void *buf, size_t len, int peer, int tag, int mode)
 {
     MPI_Request rq;
+    T_WHERE("sending %zu B to rank %d (tag %d, %s)", len, peer, tag, mode % 3 == 0 ? "MPI_Send" : mode % 3 == 1 ? "MPI_Ssend" : "MPI_Isend+Wait");
     switch (mode % 3) {
     case 0: MPICHK(MPI_Send(buf, (int)len, MPI_BYTE, peer, tag, MPI_COMM_WORLD)); break;
     case 1: MPICHK(MPI_Ssend(buf, (int)len, MPI_BYTE, peer, tag, MPI_COMM_WORLD)); break;
@@ -77,6 +78,7 @@ static void do_recv_check(void *buf, size_t len, int peer, int tag, int mode, ui
     MPI_Status st;
     MPI_Request rq;
     t_poison(buf, len);
+    T_WHERE("receiving %zu B from rank %d (tag %d, %s)", len, peer, tag, mode % 2 ? "MPI_Irecv+Wait" : "MPI_Recv");
     /* receive count is len+GUARD so a too-long message shows up as a wrong count, not an error */
     if (mode % 2 == 0) {
         MPICHK(MPI_Recv(buf, (int)(len + GUARD), MPI_BYTE, peer, tag, MPI_COMM_WORLD, &st));
@@ -96,6 +98,7 @@ static void do_recv_check(void *buf, size_t len, int peer, int tag, int mode, ui
 
 int main(int argc, char **argv)
 {
+    t_early("pingpong", argc, argv);
     MPI_Init(&argc, &argv);
     t_setup("pingpong", argc, argv);
     build_sizes();
@@ -110,6 +113,7 @@ int main(int argc, char **argv)
             continue;
         }
         pairs++;
+        T_WHERE("round %d: barrier", r);
         int first = t_rank < peer; /* the lower rank pings first */
         t_log("round %d: peer %d", r, peer);
         for (int si = 0; si < nsizes; si++) {

@@ -18,6 +18,15 @@ static const size_t size_tab[] = {0, 8, 1000, 1473, 65536, 153601, 1u << 20};
 
 static int K;
 static long t_msgs[NTHREADS];
+static volatile int th_phase[NTHREADS], th_k[NTHREADS];
+
+static void where_threads(char *buf, size_t len)
+{
+    size_t o = 0;
+    for (int i = 0; i < NTHREADS && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "; thread %d in phase %d step %d", i, th_phase[i], th_k[i]);
+}
+#define TH_AT(ph, k) (th_phase[th] = (ph), th_k[th] = (k))
 
 static uint64_t tseed(int src, int dst, int th, int k) { return seed4((uint64_t)src, (uint64_t)dst, (uint64_t)th, (uint64_t)k); }
 static int ttag(int th, int phase, int k) { return th * 10000 + phase * 1000 + k % 1000; }
@@ -50,6 +59,7 @@ static void *worker(void *arg)
     for (int k = 0; k < K; k++) {
         size_t len = size_tab[(k + th) % NSZ];
         int n = 0;
+        TH_AT(1, k);
         for (int p = 0; p < t_size; p++) {
             if (p == t_rank) continue;
             t_poison(rb[p], len);
@@ -77,6 +87,7 @@ static void *worker(void *arg)
         for (int k = 0; k < K; k++) {
             size_t len = size_tab[(k * 3 + th) % NSZ];
             int tag = ttag(th, 2, k);
+            TH_AT(2, k);
             pat_fill(sb[p], len, tseed(t_rank, p, th, 1000 + k));
             if (t_rank < p) {
                 if (k & 1) MPICHK(MPI_Ssend(sb[p], (int)len, MPI_BYTE, p, tag, MPI_COMM_WORLD));
@@ -96,6 +107,7 @@ static void *worker(void *arg)
     for (int k = 0; k < K; k++) {
         size_t len = size_tab[(k + 2 * th) % NSZ];
         int tag = ttag(th, 3, k), n = 0;
+        TH_AT(3, k);
         for (int p = 0; p < t_size; p++) {
             if (p == t_rank) continue;
             pat_fill(sb[p], len, tseed(t_rank, p, th, 2000 + k));
@@ -127,6 +139,7 @@ static void *worker(void *arg)
     for (int k = 0; k < K; k++) {
         size_t len = size_tab[(k * 5 + th) % NSZ];
         int tag = ttag(th, 4, k), n = 0;
+        TH_AT(4, k);
         for (int p = 0; p < t_size; p++) {
             if (p == t_rank) continue;
             pat_fill(sb[p], len, tseed(t_rank, p, th, 3000 + k));
@@ -147,6 +160,7 @@ static void *worker(void *arg)
     }
 
     t_log("thread %d: done", th);
+    TH_AT(5, 0);
     for (int p = 0; p < t_size; p++) free(sb[p]), free(rb[p]);
     free(sb), free(rb), free(rq);
     return NULL;
@@ -155,6 +169,7 @@ static void *worker(void *arg)
 int main(int argc, char **argv)
 {
     int provided = -1;
+    t_early("threads", argc, argv);
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     t_setup("threads", argc, argv);
     if (provided < MPI_THREAD_MULTIPLE) {
@@ -163,6 +178,8 @@ int main(int argc, char **argv)
         return t_finish("");
     }
     K = t_iters(30);
+    t_where_hook = where_threads;
+    T_WHERE("threads running");
     pthread_t tid[NTHREADS];
     for (int i = 0; i < NTHREADS; i++)
         if (pthread_create(&tid[i], NULL, worker, (void *)(intptr_t)i)) {

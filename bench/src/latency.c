@@ -1,0 +1,78 @@
+/*
+ * bench_latency: one-way latency (half the round trip) of a blocking MPI_Send/MPI_Recv ping-pong
+ * between rank 0 and rank 1, like osu_latency. Extra ranks only take part in the collectives.
+ */
+#include "common.h"
+
+struct lat_ctx {
+    unsigned char *sbuf, *rbuf;
+    int rank;
+};
+
+static double lat_body(size_t size, long iters, void *vctx)
+{
+    struct lat_ctx *c = vctx;
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = bench_now();
+    if (c->rank == 0) {
+        for (long i = 0; i < iters; i++) {
+            MPI_Send(c->sbuf, (int)size, MPI_BYTE, 1, BENCH_TAG, MPI_COMM_WORLD);
+            MPI_Recv(c->rbuf, (int)size, MPI_BYTE, 1, BENCH_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        }
+    } else if (c->rank == 1) {
+        for (long i = 0; i < iters; i++) {
+            MPI_Recv(c->rbuf, (int)size, MPI_BYTE, 0, BENCH_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(c->sbuf, (int)size, MPI_BYTE, 0, BENCH_TAG, MPI_COMM_WORLD);
+        }
+    }
+    return bench_now() - t0;
+}
+
+static void lat_check(struct lat_ctx *c, size_t size)
+{
+    if (c->rank == 0) {
+        bench_fill(c->sbuf, size, 0, 1);
+        MPI_Send(c->sbuf, (int)size, MPI_BYTE, 1, BENCH_CHECK_TAG, MPI_COMM_WORLD);
+        MPI_Recv(c->rbuf, (int)size, MPI_BYTE, 1, BENCH_CHECK_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        bench_verify(c->rbuf, size, 1, 1, "latency");
+    } else if (c->rank == 1) {
+        MPI_Recv(c->rbuf, (int)size, MPI_BYTE, 0, BENCH_CHECK_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        bench_verify(c->rbuf, size, 0, 1, "latency");
+        bench_fill(c->sbuf, size, 1, 1);
+        MPI_Send(c->sbuf, (int)size, MPI_BYTE, 0, BENCH_CHECK_TAG, MPI_COMM_WORLD);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    struct bench_opts o;
+    struct lat_ctx c;
+    int nranks;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    if (nranks < 2)
+        bench_die("bench_latency needs at least 2 ranks");
+    bench_parse(argc, argv, &o, 0);
+    size_t maxsz = 0;
+    for (int i = 0; i < o.nsizes; i++)
+        maxsz = o.sizes[i] > maxsz ? o.sizes[i] : maxsz;
+    c.sbuf = bench_alloc(maxsz);
+    c.rbuf = bench_alloc(maxsz);
+    bench_header("bench_latency", &o, "size_bytes latency_us iterations");
+    for (int i = 0; i < o.nsizes; i++) {
+        size_t size = o.sizes[i];
+        long iters = bench_calibrate(lat_body, size, &c, &o);
+        double t = lat_body(size, iters, &c);
+        if (o.check)
+            lat_check(&c, size);
+        if (c.rank == 0) {
+            printf("%zu %.3f %ld\n", size, t * 1e6 / (2.0 * (double)iters), iters);
+            fflush(stdout);
+        }
+    }
+    free(c.sbuf);
+    free(c.rbuf);
+    MPI_Finalize();
+    return 0;
+}

@@ -1,0 +1,569 @@
+#!/usr/bin/python3
+"""Turns one bench/run.sh run (a raw directory) into ratio tables and plots.
+
+usage: summarize.py RAW_DIR OUT_DIR
+
+Reads RAW_DIR/meta.txt and RAW_DIR/jobs.tsv (every job with its exit status and raw output file), takes the
+median over the successful repetitions of every (scenario, configuration, benchmark, size), and writes
+OUT_DIR/summary.md (also printed) plus latency.png, bandwidth.png and, with loss runs, loss.png.
+Every ratio is between two medians from the same run. Targets are those of issue 5.
+"""
+import csv
+import os
+import re
+import statistics
+import sys
+
+import plot
+
+SMALL = [0, 1, 2, 4, 8, 16, 32, 64]
+BIG_LO, BIG_HI = 64 * 1024, 4 * 1024 * 1024
+LOSS_THRESHOLDS = {1.0: 0.7, 5.0: 0.4}
+CFG_ORDER = ["usnic", "tcp", "rxd", "vader"]
+CFG_LABEL = {
+    "usnic": "usnic (ob1+btl usnic)",
+    "tcp": "tcp (ob1+btl tcp)",
+    "rxd": "rxd (cm+ofi udp;ofi_rxd)",
+    "vader": "vader (ob1+btl vader)",
+}
+
+
+def read_meta(raw):
+    meta = {}
+    with open(os.path.join(raw, "meta.txt")) as f:
+        for line in f:
+            if ": " in line:
+                k, v = line.rstrip("\n").split(": ", 1)
+                meta[k] = v
+    return meta
+
+
+def read_jobs(raw):
+    with open(os.path.join(raw, "jobs.tsv")) as f:
+        return list(csv.DictReader(f, delimiter="\t"))
+
+
+def parse_size_token(tok):
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmg]?)", tok)
+    if not m:
+        return None
+    mult = {"": 1, "k": 1024, "m": 1 << 20, "g": 1 << 30}[m.group(2)]
+    return int(round(float(m.group(1)) * mult))
+
+
+RAW_INFO = {}  # what the raw streaming test said about its datagram sizes, per device section
+
+
+def parse_raw_datagram(lines, section_wanted):
+    """Output of `cargo bench --bench raw_datagram` (branch fabric): device sections
+    '== <label>: <dev> <ip> (interface MTU M, data datagram D B, priority P B)' with streaming rows
+    'window 64 (D B)  <MB/s> <kdgram/s> <delivered>%'. Also accepts the documented contract lines
+    'raw_datagram dgram=D [size=S] MB/s=X'. Returns {size or -1: MB/s} for the wanted section."""
+    out = {}
+    section = None
+    for line in lines:
+        m = re.match(r"== (.+?): (\S+) (\S+) \(interface MTU (\d+), data datagram (\d+) B, priority (\d+) B\)", line)
+        if m:
+            section = m.group(1)
+            RAW_INFO[section] = "device %s, interface MTU %s, data datagram %s B, priority %s B" % (
+                m.group(2), m.group(4), m.group(5), m.group(6))
+            continue
+        m = re.match(r"window (\d+) \((\d+) B\)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)%", line)
+        if m and section == section_wanted:
+            out[-1] = float(m.group(3))
+            RAW_INFO[section] += "; window %s stream delivered %s %%" % (m.group(1), m.group(5))
+            continue
+        m = re.search(r"MB/s=([0-9.]+)", line)
+        if m and line.startswith("raw_datagram"):
+            sz = re.search(r"size=(\d+)", line)
+            out[int(sz.group(1)) if sz else -1] = float(m.group(1))
+    return out
+
+
+def parse_job(raw, job, meta):
+    """Returns {size: value} for one successful job, or {} when nothing parsable is in it."""
+    path = os.path.join(raw, job["file"])
+    bench = job["bench"]
+    out = {}
+    with open(path, errors="replace") as f:
+        lines = f.readlines()
+    if bench.startswith("fi_pingpong_S"):
+        sarg = bench[len("fi_pingpong_S"):]
+        for line in lines:
+            parts = line.split()
+            if len(parts) >= 8 and parts[0] != "bytes" and not line.startswith("#"):
+                size = parse_size_token(parts[0]) if sarg == "all" else int(sarg)
+                try:
+                    out[size] = float(parts[6])  # usec/xfer: one-way time
+                except ValueError:
+                    pass
+        return out
+    if bench == "raw_datagram":
+        return parse_raw_datagram(lines, meta.get("raw_stream_section", "BTL default device"))
+    if bench == "netpipe":
+        npout = os.path.join(raw, os.path.dirname(job["file"]), "netpipe.np.out")
+        if os.path.exists(npout):
+            with open(npout) as f:
+                for line in f:
+                    p = line.split()
+                    if len(p) >= 3:
+                        out[int(p[0])] = (float(p[2]) * 1e6, float(p[1]) / 8)  # (one-way µs, MB/s)
+        return out
+    for line in lines:
+        if line.startswith("#") or not line.strip():
+            continue
+        p = line.split()
+        try:
+            size = int(p[0])
+            out[size] = float(p[1])  # latency µs, bw MB/s, or mr messages/s
+        except (ValueError, IndexError):
+            continue
+    return out
+
+
+class Run:
+    def __init__(self, raw):
+        self.raw = raw
+        self.meta = read_meta(raw)
+        self.jobs = read_jobs(raw)
+        self.values = {}  # (scen, cfg, bench) -> {size: [values]}
+        self.status = {}  # (scen, cfg, bench) -> {"ok": n, "failed": [notes], "unavailable": reason}
+        for j in self.jobs:
+            key = (j["scenario"], j["config"], j["bench"])
+            st = self.status.setdefault(key, {"ok": 0, "failed": [], "unavailable": None, "others": []})
+            if j["status"] == "unavailable":
+                st["unavailable"] = j["note"]
+                continue
+            if j["status"] != "ok":
+                st["failed"].append("rc=%s %s" % (j["rc"], j["note"]))
+                continue
+            vals = parse_job(raw, j, self.meta)
+            if not vals:
+                st["failed"].append("rc=0 but no result lines")
+                continue
+            st["ok"] += 1
+            try:
+                st["others"].append(float(j["others_cores"]))
+            except ValueError:
+                pass
+            for size, v in vals.items():
+                self.values.setdefault(key, {}).setdefault(size, []).append(v)
+        self.subject = self.meta.get("subject", "usnic")
+        self.configs = [c for c in CFG_ORDER if c in self.meta.get("configs", "").split(",")]
+        self.loss = [] if self.meta.get("loss", "none") == "none" else [float(x) for x in self.meta["loss"].split(",")]
+
+    def med(self, scen, cfg, bench, size):
+        v = self.values.get((scen, cfg, bench), {}).get(size)
+        return statistics.median(v) if v else None
+
+    def series(self, scen, cfg, bench):
+        d = self.values.get((scen, cfg, bench), {})
+        return {s: statistics.median(v) for s, v in sorted(d.items())}
+
+    def spread(self, scen, cfg, bench, size):
+        v = self.values.get((scen, cfg, bench), {}).get(size)
+        return (min(v), max(v), len(v)) if v else None
+
+    def why_missing(self, scen, cfg, bench):
+        """Reason a (scen, cfg, bench) has no numbers, or None when it has some."""
+        if self.values.get((scen, cfg, bench)):
+            return None
+        st = self.status.get((scen, cfg, bench))
+        if st is None:
+            return "not run"
+        if st["unavailable"]:
+            return st["unavailable"]
+        if st["failed"]:
+            return "job failed (%d run(s)): %s" % (len(st["failed"]), st["failed"][-1])
+        return "no results"
+
+    def floor(self):
+        """Raw datagram floor: one-way µs per size, fi_pingpong -S all and -S <dgram> merged."""
+        out = {}
+        for (scen, cfg, bench), d in self.values.items():
+            if scen == "clean" and cfg == "raw_floor":
+                for s, v in d.items():
+                    out.setdefault(s, []).extend(v)
+        return {s: statistics.median(v) for s, v in sorted(out.items())}
+
+    def raw_stream(self):
+        return self.series("clean", "raw_stream", "raw_datagram")
+
+
+def fmt(v, unit=""):
+    if v is None:
+        return "n/a"
+    if abs(v) >= 1000:
+        s = "%.0f" % v
+    elif abs(v) >= 100:
+        s = "%.1f" % v
+    else:
+        s = "%.2f" % v
+    return s + unit
+
+
+def fmt_size(s):
+    if s >= 1 << 20 and s % (1 << 20) == 0:
+        return "%dM" % (s >> 20)
+    if s >= 1024 and s % 1024 == 0:
+        return "%dK" % (s >> 10)
+    return str(s)
+
+
+def ratios(num, den, sizes):
+    out = []
+    for s in sizes:
+        a, b = num.get(s), den.get(s)
+        if a is not None and b is not None and b > 0:
+            out.append((s, a / b))
+    return out
+
+
+def judge(pairs, threshold, le, strict=False):
+    """pairs: [(size, ratio)]. Returns (worst (size, ratio), met) with 'worst' in the threshold's sense."""
+    if not pairs:
+        return None, None
+    worst = max(pairs, key=lambda p: p[1]) if le else min(pairs, key=lambda p: p[1])
+    if le:
+        met = all(r <= threshold for _, r in pairs)
+    elif strict:
+        met = all(r > threshold for _, r in pairs)
+    else:
+        met = all(r >= threshold for _, r in pairs)
+    return worst, met
+
+
+class Target:
+    def __init__(self, name, threshold, le, strict=False):
+        self.name, self.threshold, self.le, self.strict = name, threshold, le, strict
+
+    def rule(self):
+        if self.le:
+            return "≤ %.2f×" % self.threshold
+        return ("> %.2f×" if self.strict else "≥ %.2f×") % self.threshold
+
+
+def evaluate(run, cfg, target_id):
+    """Returns (pairs, missing_reason) for one target and one configuration acting as the subject."""
+    lat = lambda c: run.series("clean", c, "latency")
+    miss = lambda c, b: run.why_missing("clean", c, b)
+    if target_id == "lat_floor":
+        if miss(cfg, "latency"):
+            return None, miss(cfg, "latency")
+        fl = run.floor()
+        if not fl:
+            return None, "raw floor (fi_pingpong) has no results"
+        return ratios(lat(cfg), fl, SMALL), None
+    if target_id in ("lat_rxd", "lat_tcp"):
+        peer = "rxd" if target_id == "lat_rxd" else "tcp"
+        if cfg == peer:
+            return None, "(itself)"
+        if miss(cfg, "latency"):
+            return None, miss(cfg, "latency")
+        if miss(peer, "latency"):
+            return None, "%s: %s" % (peer, miss(peer, "latency"))
+        sizes = SMALL if target_id == "lat_rxd" else sorted(set(lat(cfg)) | set(lat(peer)))
+        return ratios(lat(cfg), lat(peer), sizes), None
+    if target_id == "bw_raw":
+        if miss(cfg, "bw"):
+            return None, miss(cfg, "bw")
+        rs = run.raw_stream()
+        if not rs:
+            return None, "raw streaming: " + (run.why_missing("clean", "raw_stream", "raw_datagram") or "no results")
+        bw = run.series("clean", cfg, "bw")
+        big = [s for s in bw if BIG_LO <= s <= BIG_HI]
+        # The raw test may report per message size or one streaming figure (size -1) for all sizes.
+        den = {s: rs[-1] for s in big} if -1 in rs else rs
+        return ratios(bw, den, big), None
+    if target_id == "bibw":
+        for b in ("bw", "bibw"):
+            if miss(cfg, b):
+                return None, miss(cfg, b)
+        bw, bibw = run.series("clean", cfg, "bw"), run.series("clean", cfg, "bibw")
+        return ratios(bibw, bw, [s for s in bw if BIG_LO <= s <= BIG_HI]), None
+    if target_id in ("mr_tcp", "mr_rxd"):
+        peer = target_id[3:]
+        if cfg == peer:
+            return None, "(itself)"
+        if miss(cfg, "mr"):
+            return None, miss(cfg, "mr")
+        if miss(peer, "mr"):
+            return None, "%s: %s" % (peer, miss(peer, "mr"))
+        return ratios(run.series("clean", cfg, "mr"), run.series("clean", peer, "mr"), [8]), None
+    if target_id.startswith("loss"):
+        scen = target_id
+        for s in (scen, "clean"):
+            r = run.why_missing(s, cfg, "bw_loss")
+            if r:
+                return None, ("%s: " % s) + r
+        lossy, clean = run.series(scen, cfg, "bw_loss"), run.series("clean", cfg, "bw_loss")
+        return ratios(lossy, clean, sorted(lossy)), None
+    raise KeyError(target_id)
+
+
+def targets(run):
+    t = [
+        ("lat_floor", Target("latency 0–64 B vs raw datagram floor (fi_pingpong -p udp -e dgram)", 1.15, True)),
+        ("lat_rxd", Target("latency 0–64 B vs udp;ofi_rxd", 0.7, True)),
+        ("lat_tcp", Target("latency at every size 0 B–4 MiB vs btl tcp", 1.0, True)),
+        ("bw_raw", Target("bandwidth 64 KiB–4 MiB vs raw datagram streaming", 0.9, False)),
+        ("bibw", Target("bidirectional / unidirectional bandwidth, 64 KiB–4 MiB", 1.6, False)),
+        ("mr_tcp", Target("8 B message rate vs btl tcp", 1.0, False, strict=True)),
+        ("mr_rxd", Target("8 B message rate vs udp;ofi_rxd", 1.0, False, strict=True)),
+    ]
+    for p in run.loss:
+        thr = LOSS_THRESHOLDS.get(p)
+        name = "bandwidth with %g %% loss / clean bandwidth" % p
+        t.append(("loss%g" % p, Target(name, thr if thr is not None else 0.0, False)))
+    return t
+
+
+def cell(run, cfg, tid, tgt):
+    pairs, why = evaluate(run, cfg, tid)
+    if why:
+        return "n/a: " + (why if len(why) <= 90 else why[:87] + "..."), None
+    if tid.startswith("loss") and tgt.threshold == 0.0:
+        worst, _ = judge(pairs, 0.0, False)
+        return ("%.2f× (worst at %s), no target" % (worst[1], fmt_size(worst[0]))) if worst else "n/a: no common sizes", None
+    worst, met = judge(pairs, tgt.threshold, tgt.le, tgt.strict)
+    if worst is None:
+        return "n/a: no common sizes", None
+    return "%.2f× @%s **%s**" % (worst[1], fmt_size(worst[0]), "met" if met else "NOT met"), met
+
+
+def md_table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def med_cell(run, scen, cfg, bench, size):
+    sp = run.spread(scen, cfg, bench, size)
+    if not sp:
+        return "–"
+    m = run.med(scen, cfg, bench, size)
+    lo, hi, n = sp
+    return "%s [%s–%s]" % (fmt(m), fmt(lo), fmt(hi)) if n > 1 else fmt(m)
+
+
+def summary(run):
+    m = run.meta
+    subj = run.subject
+    L = []
+    L.append("# usnic-rs benchmarks: %s (%s)" % (m.get("mode"), m.get("date_utc")))
+    L.append("")
+    L.append("Produced by `%s`; raw files: `%s`." % (m.get("invocation", "").strip(), os.path.relpath(run.raw, os.path.dirname(os.path.dirname(run.raw)))))
+    L.append("")
+    L.append(md_table(["item", "value"], [
+        ["date", m.get("date_utc", "?") + " – " + m.get("finished_utc", "?")],
+        ["machine", "%s; %s; %s; kernel %s" % (m.get("host"), m.get("cpu"), m.get("memory"), m.get("kernel"))],
+        ["software", "%s; Open MPI %s; libfabric %s; %s" % (m.get("os"), m.get("open_mpi"), m.get("libfabric"), m.get("compiler"))],
+        ["plugin", m.get("usnic_plugin", "?")],
+        ["load average", "start %s, end %s" % (m.get("load_at_start"), m.get("load_at_end"))],
+        ["CPU binding", m.get("binding")],
+        ["priority", m.get("priority")],
+        ["repetitions", "%s per measurement (cells are medians [min–max]); adaptive timed loop of %s s per size" % (m.get("reps"), m.get("target_time_s"))],
+        ["datagram size", "%s; usnic datagram-size parameter: %s" % (m.get("dgram_rule"), m.get("usnic_dgram_param"))],
+        ["launcher", "`%s <config> bench/bin/<program> <sizes> -t %s -i 3`" % (m.get("launcher"), m.get("target_time_s"))],
+        ["raw streaming", "%s%s" % (m.get("raw_stream"), ("; section '%s': %s" % (m.get("raw_stream_section"), RAW_INFO.get(m.get("raw_stream_section"), "not in its output"))) if RAW_INFO else "")],
+    ]))
+    L.append("")
+    L.append("Configurations (`<config>` above):")
+    L.append("")
+    rows = []
+    for c in run.configs:
+        desc, _, args = m.get("config_" + c, "|").partition(" | ")
+        jobs = [j for j in run.jobs if j["config"] == c and j["scenario"] == "clean"]
+        ok = sum(1 for j in jobs if j["status"] == "ok")
+        failed = [j for j in jobs if j["status"] == "failed"]
+        skip = m.get("skip_" + c)
+        if skip:
+            state = "**not available**: " + skip
+        elif ok == 0:
+            state = "**not available**: job failed: rc=%s %s" % (failed[-1]["rc"], failed[-1]["note"]) if failed else "not run"
+        else:
+            others = [float(j["others_cores"]) for j in jobs if j["status"] == "ok" and j["others_cores"] not in ("", "-")]
+            state = "%d jobs ok, %d failed%s; other processes used a median of %.2f cores" % (
+                ok, len(failed), (" (last: %s)" % failed[-1]["note"]) if failed else "",
+                statistics.median(others) if others else 0.0)
+        rows.append([CFG_LABEL[c] + (" — subject" if c == subj else ""), "`%s`" % args.strip(), state])
+    L.append(md_table(["configuration", "MCA arguments", "status in this run"], rows))
+    L.append("")
+    L.append("Exact commands (each MPI one is `<launcher> <config> <program>`; every raw file starts with its full command line):")
+    L.append("")
+    for k in ("cmd_latency", "cmd_bw", "cmd_bibw", "cmd_mr", "cmd_bw_loss", "cmd_floor", "cmd_netpipe", "raw_stream"):
+        if k in m:
+            L.append("- %s: `%s`" % (k.replace("cmd_", ""), m[k]))
+    L.append("")
+    others_all = [float(j["others_cores"]) for j in run.jobs if j["status"] == "ok" and j["others_cores"] not in ("", "-")]
+    if others_all and statistics.median(others_all) > 0.3:
+        L.append("**Warning:** other processes used a median of %.2f cores during the jobs (machine shared); "
+                 "treat the numbers as harness validation, not as measurements." % statistics.median(others_all))
+        L.append("")
+
+    L.append("## Targets (issue 5), judged for `%s`; the other columns show where each peer would stand" % subj)
+    L.append("")
+    L.append("Ratio = subject median / reference median from this run, at the worst size of the range "
+             "(largest for ≤ rules, smallest for ≥ rules); met only if every size in the range meets it.")
+    L.append("")
+    header = ["target", "rule"] + [("**%s** (subject)" % c) if c == subj else c for c in run.configs]
+    rows = []
+    verdicts = []
+    for tid, tgt in targets(run):
+        cells = []
+        for c in run.configs:
+            text, met = cell(run, c, tid, tgt)
+            cells.append(text)
+            if c == subj:
+                verdicts.append((tgt.name, met, text))
+        rule = tgt.rule() if not (tid.startswith("loss") and tgt.threshold == 0.0) else "(report only)"
+        rows.append([tgt.name, rule] + cells)
+    L.append(md_table(header, rows))
+    L.append("")
+    met_n = sum(1 for _, mt, _ in verdicts if mt is True)
+    not_n = sum(1 for _, mt, _ in verdicts if mt is False)
+    na_n = sum(1 for _, mt, _ in verdicts if mt is None)
+    L.append("Subject `%s`: %d met, %d not met, %d not available." % (subj, met_n, not_n, na_n))
+    L.append("")
+
+    # Detail tables with every size and the subject's ratios.
+    fl = run.floor()
+    L.append("## Latency, one-way µs (lower is better)")
+    L.append("")
+    lat_sizes = sorted(set().union(*[set(run.series("clean", c, "latency")) for c in run.configs] + [set()]))
+    header = ["size"] + [c for c in run.configs] + ["raw floor", "%s/floor" % subj, "%s/rxd" % subj, "%s/tcp" % subj]
+    rows = []
+    for s in lat_sizes:
+        sl = run.med("clean", subj, "latency", s)
+        r = lambda d: ("%.2f" % (sl / d)) if sl is not None and d else "n/a"
+        rows.append([fmt_size(s)] + [med_cell(run, "clean", c, "latency", s) for c in run.configs] +
+                    [fmt(fl.get(s)), r(fl.get(s)) if s <= 64 else "–", r(run.med("clean", "rxd", "latency", s)) if s <= 64 else "–",
+                     r(run.med("clean", "tcp", "latency", s))])
+    L.append(md_table(header, rows))
+    L.append("")
+    if fl:
+        L.append("Raw datagram floor, all sizes measured (fi_pingpong -p udp -e dgram, usec/xfer = one-way): " +
+                 ", ".join("%s B %s µs" % (s, fmt(v)) for s, v in fl.items()))
+        L.append("")
+
+    for bench, title in (("bw", "Unidirectional bandwidth, MB/s (window 64; higher is better)"),
+                         ("bibw", "Bidirectional bandwidth, MB/s (window 64, both directions counted)")):
+        L.append("## " + title)
+        L.append("")
+        sizes = sorted(set().union(*[set(run.series("clean", c, bench)) for c in run.configs] + [set()]))
+        rs = run.raw_stream()
+        header = ["size"] + list(run.configs)
+        if bench == "bw":
+            header += ["raw streaming", "%s/raw" % subj]
+        else:
+            header += ["bibw/bw " + c for c in run.configs]
+        rows = []
+        for s in sizes:
+            row = [fmt_size(s)] + [med_cell(run, "clean", c, bench, s) for c in run.configs]
+            if bench == "bw":
+                raw_v = rs.get(s, rs.get(-1)) if rs else None
+                sv = run.med("clean", subj, "bw", s)
+                row += [fmt(raw_v), ("%.2f" % (sv / raw_v)) if sv and raw_v else "n/a"]
+            else:
+                for c in run.configs:
+                    a, b = run.med("clean", c, "bibw", s), run.med("clean", c, "bw", s)
+                    row.append(("%.2f" % (a / b)) if a and b else "n/a")
+            rows.append(row)
+        L.append(md_table(header, rows))
+        L.append("")
+
+    L.append("## Message rate, messages/s (1 pair, window 64)")
+    L.append("")
+    sizes = sorted(set().union(*[set(run.series("clean", c, "mr")) for c in run.configs] + [set()]))
+    header = ["size"] + list(run.configs) + ["%s/tcp" % subj, "%s/rxd" % subj]
+    rows = []
+    for s in sizes:
+        sv = run.med("clean", subj, "mr", s)
+        rr = lambda p: ("%.2f" % (sv / run.med("clean", p, "mr", s))) if sv and run.med("clean", p, "mr", s) else "n/a"
+        rows.append([fmt_size(s)] + [med_cell(run, "clean", c, "mr", s) for c in run.configs] + [rr("tcp"), rr("rxd")])
+    L.append(md_table(header, rows))
+    L.append("")
+
+    if run.loss:
+        L.append("## Bandwidth under loss, MB/s (window 64), as a fraction of the clean run at the same sizes")
+        L.append("")
+        for p in run.loss:
+            how = m.get("netem_loss%g" % p) or ("fault injection: " + m.get("inject_loss%g" % p, "?"))
+            L.append("- %g %%: %s" % (p, how))
+        L.append("")
+        header = ["config", "size", "clean"] + ["%g %% loss" % p for p in run.loss] + ["fraction %g %%" % p for p in run.loss]
+        rows = []
+        for c in run.configs:
+            clean = run.series("clean", c, "bw_loss")
+            reasons = [run.why_missing("loss%g" % p, c, "bw_loss") for p in run.loss]
+            if not clean and all(reasons):
+                rows.append([c, "–", "n/a"] + ["n/a: " + (r or "") for r in reasons] + ["n/a"] * len(run.loss))
+                continue
+            sizes = sorted(set(clean) | set().union(*[set(run.series("loss%g" % p, c, "bw_loss")) for p in run.loss]))
+            for s in sizes:
+                row = [c, fmt_size(s), med_cell(run, "clean", c, "bw_loss", s)]
+                fr = []
+                for p in run.loss:
+                    v = run.med("loss%g" % p, c, "bw_loss", s)
+                    row.append(med_cell(run, "loss%g" % p, c, "bw_loss", s) if v is not None else
+                               "n/a: " + (run.why_missing("loss%g" % p, c, "bw_loss") or "no value"))
+                    cv = clean.get(s)
+                    if v is not None and cv:
+                        thr = LOSS_THRESHOLDS.get(p)
+                        verdict = "" if thr is None else (" met" if v / cv >= thr else " NOT met")
+                        fr.append("%.2f%s" % (v / cv, verdict))
+                    else:
+                        fr.append("n/a")
+                rows.append(row + fr)
+        L.append(md_table(header, rows))
+        L.append("")
+
+    np_rows = []
+    np_sizes = set()
+    for c in run.configs:
+        np_sizes |= set(run.values.get(("clean", c, "netpipe"), {}))
+    if np_sizes:
+        L.append("## NetPIPE (NPopenmpi -p 0), one run per configuration: one-way µs / MB/s (Mbps/8)")
+        L.append("")
+        pick = [s for s in sorted(np_sizes) if s in (1, 8, 64, 512, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304)]
+        for s in pick:
+            row = [fmt_size(s)]
+            for c in run.configs:
+                v = run.values.get(("clean", c, "netpipe"), {}).get(s)
+                row.append("%s µs / %s MB/s" % (fmt(v[0][0]), fmt(v[0][1])) if v else "–")
+            np_rows.append(row)
+        L.append(md_table(["size"] + list(run.configs), np_rows))
+        L.append("")
+        for c in run.configs:
+            why = run.why_missing("clean", c, "netpipe")
+            if why:
+                L.append("- NetPIPE %s: n/a: %s" % (c, why))
+        L.append("")
+
+    L.append("## Plots")
+    L.append("")
+    L.append("![latency](latency.png)")
+    L.append("")
+    L.append("![bandwidth](bandwidth.png)")
+    if run.loss:
+        L.append("")
+        L.append("![loss](loss.png)")
+    L.append("")
+    return "\n".join(L)
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit("usage: summarize.py RAW_DIR OUT_DIR")
+    raw, out = sys.argv[1], sys.argv[2]
+    run = Run(raw)
+    os.makedirs(out, exist_ok=True)
+    text = summary(run)
+    with open(os.path.join(out, "summary.md"), "w") as f:
+        f.write(text + "\n")
+    plot.draw(run, out)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+//! The ACK helper thread.
+//!
+//! Open MPI only calls `btl_progress` from inside MPI calls. A rank that computes for longer than
+//! `btl_usnic_peer_timeout` with data in flight towards it would then acknowledge nothing, and its
+//! peers would declare it failed although it is healthy (the C original never gives up, so it
+//! never had this problem). This thread closes that gap: when no progress call happened for
+//! `IDLE`, it reads the completion queues, lets the protocol core acknowledge what arrived, and
+//! *defers* every upcall (deliveries copied out of the receive buffers, completions) to the next
+//! real progress call. PML callbacks therefore still run only on the application's threads.
+//!
+//! While the thread exists every entry point takes the recursive lock (see `lock`), which is what
+//! makes its access to the module state sound.
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::fabric;
+
+use super::component::with_component;
+use super::lock;
+use super::log;
+
+/// A progress call within this long means the application is in MPI: stay out of the way.
+const IDLE_NS: u64 = 50_000_000;
+const TICK: Duration = Duration::from_millis(10);
+
+static LAST_PROGRESS: AtomicU64 = AtomicU64::new(0);
+static STOP: AtomicBool = AtomicBool::new(false);
+static THREAD: Mutex<Option<JoinHandle<()>>> = Mutex::new(None);
+
+/// Called by every component progress pass.
+pub fn note_progress(now_ns: u64) {
+    LAST_PROGRESS.store(now_ns, Ordering::Relaxed);
+}
+
+pub fn start() {
+    STOP.store(false, Ordering::SeqCst);
+    note_progress(fabric::now().0);
+    let spawned = std::thread::Builder::new()
+        .name("usnic-acker".into())
+        .spawn(run);
+    match spawned {
+        Ok(h) => *THREAD.lock().unwrap_or_else(|e| e.into_inner()) = Some(h),
+        Err(e) => log::error(&format!(
+            "cannot start the ACK helper thread ({e}); a rank computing longer than \
+             btl_usnic_peer_timeout outside MPI may be reported as failed"
+        )),
+    }
+}
+
+/// Stop and join the thread. Must be called without holding the BTL lock.
+pub fn stop() {
+    STOP.store(true, Ordering::SeqCst);
+    let h = THREAD.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(h) = h {
+        let _ = h.join();
+    }
+}
+
+fn run() {
+    while !STOP.load(Ordering::Relaxed) {
+        std::thread::sleep(TICK);
+        let now = fabric::now().0;
+        if now.saturating_sub(LAST_PROGRESS.load(Ordering::Relaxed)) < IDLE_NS {
+            continue;
+        }
+        let _g = lock::enter();
+        if STOP.load(Ordering::Relaxed) {
+            break;
+        }
+        // A panic here must not unwind out of the thread silently: count it like an entry point.
+        super::boundary::guard("ACK helper", (), || {
+            with_component(|c| {
+                let now = fabric::now();
+                for m in &c.modules {
+                    m.service_in_background(now);
+                }
+            });
+        });
+    }
+}

@@ -1,0 +1,203 @@
+//! Fragments: the descriptors this BTL hands to the PML (`alloc`, `prepare_src`).
+//!
+//! A `Frag` starts with Open MPI's own `mca_btl_base_descriptor_t` (layout from bindgen), so a
+//! `*mut Frag` *is* the descriptor pointer the PML sees. Segment 0 always lives in `buf` (the PML
+//! writes its header there: `reserve` bytes for `prepare_src`, everything for `alloc`); segment 1,
+//! when present, is the user's contiguous data referenced in place until `btl_send` copies it.
+use core::ptr;
+
+use super::endpoint::Endpoint;
+use super::sys;
+
+#[repr(C)]
+pub struct Frag {
+    /// Must stay first: the descriptor pointer and the frag pointer are the same address.
+    pub des: sys::mca_btl_base_descriptor_t,
+    pub segs: [sys::mca_btl_base_segment_t; 2],
+    /// Index of the module that made it (checked on every use).
+    pub module: u32,
+    pub endpoint: *mut Endpoint,
+    /// Backing store of segment 0.
+    pub buf: Vec<u8>,
+}
+
+/// Largest buffer kept on a pooled frag (bigger ones are released on free).
+const KEEP_CAPACITY: usize = 64 * 1024;
+/// Frags kept for reuse per module.
+const POOL_MAX: usize = 512;
+
+impl Frag {
+    fn blank(module: u32) -> Box<Frag> {
+        Box::new(Frag {
+            // SAFETY: the descriptor is a plain C struct (pointers, integers, an optional
+            // function pointer); all-zero is its valid initial state, as OBJ_CONSTRUCT leaves it.
+            des: unsafe { core::mem::zeroed() },
+            // SAFETY: as above, segments are {pointer union, length}.
+            segs: unsafe { core::mem::zeroed() },
+            module,
+            endpoint: ptr::null_mut(),
+            buf: Vec::new(),
+        })
+    }
+
+    /// Point the descriptor at this frag's segments (the frag never moves: it is boxed).
+    fn wire_segments(&mut self, count: usize) {
+        self.des.des_segments = self.segs.as_mut_ptr();
+        self.des.des_segment_count = count;
+    }
+
+    /// Length of segment `i`.
+    pub fn seg_len(&self, i: usize) -> usize {
+        self.segs[i].seg_len as usize
+    }
+
+    /// All bytes the PML put in this fragment, as one owned buffer for the core. Reuses `buf`
+    /// when segment 0 is all there is; otherwise appends segment 1's bytes (copied from user
+    /// memory, which is why the user buffer is free as soon as `btl_send` returns).
+    ///
+    /// # Safety
+    /// Segment 1, when present, must point to `seg_len(1)` readable bytes (as `prepare_src`
+    /// set it up and the PML left it).
+    pub unsafe fn take_payload(&mut self) -> Vec<u8> {
+        let count = self.des.des_segment_count.min(2);
+        let len0 = self.seg_len(0).min(self.buf.len());
+        let mut data = core::mem::take(&mut self.buf);
+        data.truncate(len0);
+        if count == 2 && self.seg_len(1) > 0 {
+            // SAFETY: the caller guarantees segment 1 is readable for its length.
+            let user = unsafe {
+                core::slice::from_raw_parts(
+                    self.segs[1].seg_addr.pval as *const u8,
+                    self.seg_len(1),
+                )
+            };
+            data.extend_from_slice(user);
+        }
+        data
+    }
+}
+
+/// Frags of one module, reused so the send path does not allocate descriptors.
+#[derive(Default)]
+pub struct FragPool {
+    // Boxed on purpose: a frag's address is handed to the PML and must never move.
+    #[allow(clippy::vec_box)]
+    free: Vec<Box<Frag>>,
+    /// Frags currently held by the PML or in flight (for leak accounting).
+    pub live: usize,
+}
+
+impl FragPool {
+    /// A frag whose segment 0 is `seg0` zeroed bytes of `buf` (capacity for `extra` more).
+    pub fn get(
+        &mut self,
+        module: u32,
+        endpoint: *mut Endpoint,
+        seg0: usize,
+        extra: usize,
+        flags: u32,
+        order: u8,
+    ) -> *mut Frag {
+        let mut f = self.free.pop().unwrap_or_else(|| Frag::blank(module));
+        f.module = module;
+        f.endpoint = endpoint;
+        f.buf.clear();
+        f.buf.reserve_exact(seg0 + extra);
+        f.buf.resize(seg0, 0);
+        // Reset what the PML may have set on a previous life.
+        // SAFETY: zero is the valid initial state of the descriptor (see `Frag::blank`).
+        f.des = unsafe { core::mem::zeroed() };
+        f.segs[0].seg_addr.pval = f.buf.as_mut_ptr().cast();
+        f.segs[0].seg_len = seg0 as u64;
+        f.segs[1].seg_addr.pval = ptr::null_mut();
+        f.segs[1].seg_len = 0;
+        f.wire_segments(1);
+        f.des.des_flags = flags;
+        f.des.order = order;
+        self.live += 1;
+        Box::into_raw(f)
+    }
+
+    /// Give a frag back.
+    ///
+    /// # Safety
+    /// `f` must come from `get` on this pool and not be used afterwards (by Rust or the PML).
+    pub unsafe fn put(&mut self, f: *mut Frag) {
+        // SAFETY: per the contract, `f` is a live Box leaked by `get`.
+        let mut b = unsafe { Box::from_raw(f) };
+        self.live = self.live.saturating_sub(1);
+        if b.buf.capacity() > KEEP_CAPACITY {
+            b.buf = Vec::new();
+        }
+        b.endpoint = ptr::null_mut();
+        if self.free.len() < POOL_MAX {
+            self.free.push(b);
+        }
+    }
+
+    /// Set segment 1 to user memory (`prepare_src` of contiguous data).
+    ///
+    /// # Safety
+    /// `f` must be a live frag of this pool.
+    pub unsafe fn set_user_segment(f: *mut Frag, data: *mut u8, len: usize) {
+        // SAFETY: per the contract `f` is live and exclusively ours right now.
+        let f = unsafe { &mut *f };
+        f.segs[1].seg_addr.pval = data.cast();
+        f.segs[1].seg_len = len as u64;
+        f.wire_segments(2);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptor_is_first() {
+        let mut pool = FragPool::default();
+        let f = pool.get(0, ptr::null_mut(), 14, 0, 0x2, 255);
+        // SAFETY: f is live; we only read addresses and fields.
+        unsafe {
+            assert_eq!(f as usize, core::ptr::addr_of!((*f).des) as usize);
+            assert_eq!((*f).des.des_segment_count, 1);
+            assert_eq!((*f).des.des_flags, 0x2);
+            assert_eq!((*f).segs[0].seg_len, 14);
+            assert_eq!(
+                (*f).segs[0].seg_addr.pval as usize,
+                (*f).buf.as_ptr() as usize
+            );
+            pool.put(f);
+        }
+        assert_eq!(pool.live, 0);
+    }
+
+    #[test]
+    fn payload_is_header_then_user_bytes() {
+        let mut pool = FragPool::default();
+        let mut user = *b"user data!";
+        let f = pool.get(0, ptr::null_mut(), 4, user.len(), 0, 255);
+        // SAFETY: f is live; `user` outlives the take_payload call.
+        unsafe {
+            (&mut *f).buf.copy_from_slice(b"HDR:");
+            FragPool::set_user_segment(f, user.as_mut_ptr(), user.len());
+            assert_eq!((*f).des.des_segment_count, 2);
+            let data = (&mut *f).take_payload();
+            assert_eq!(&data, b"HDR:user data!");
+            pool.put(f);
+        }
+    }
+
+    #[test]
+    fn pml_may_shrink_segment_zero() {
+        let mut pool = FragPool::default();
+        let f = pool.get(0, ptr::null_mut(), 100, 0, 0, 255);
+        // SAFETY: f is live.
+        unsafe {
+            let fr = &mut *f;
+            fr.buf[..3].copy_from_slice(b"abc");
+            fr.segs[0].seg_len = 3;
+            assert_eq!(fr.take_payload(), b"abc");
+            pool.put(f);
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! The one recursive lock of the BTL (the original's `btl_usnic_lock`), and the cell holding the
+//! BTL's Rust state.
+//!
+//! The lock is taken only when Open MPI runs with MPI_THREAD_MULTIPLE (`enable_mpi_threads` at
+//! component init), exactly like `OPAL_THREAD_LOCK`. It is recursive because a PML callback
+//! running under it may call `btl_send` on the same thread.
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::{ReentrantMutex, ReentrantMutexGuard};
+
+static LOCK: ReentrantMutex<()> = ReentrantMutex::new(());
+static THREADS: AtomicBool = AtomicBool::new(false);
+
+/// Enable or disable locking (component init / close only, while no other thread is inside).
+pub fn set_threaded(on: bool) {
+    THREADS.store(on, Ordering::SeqCst);
+}
+
+pub fn threaded() -> bool {
+    THREADS.load(Ordering::Relaxed)
+}
+
+/// Held for the duration of an entry point's critical section (None when threads are off).
+pub type Entered = Option<ReentrantMutexGuard<'static, ()>>;
+
+pub fn enter() -> Entered {
+    if threaded() {
+        Some(LOCK.lock())
+    } else {
+        None
+    }
+}
+
+/// State reachable from every entry point.
+///
+/// Access only through [`enter`]: with MPI_THREAD_MULTIPLE the recursive lock serializes all
+/// threads; otherwise Open MPI never calls into a BTL from two threads at once (the MPI
+/// library's contract for THREAD_SINGLE/FUNNELED/SERIALIZED), so the `RefCell`'s unsynchronized
+/// borrow flag is never raced.
+pub struct Shared<T>(RefCell<T>);
+
+// SAFETY: see the type's documentation: all access is serialized, by the lock or by Open MPI.
+unsafe impl<T> Sync for Shared<T> {}
+
+impl<T> Shared<T> {
+    pub const fn new(v: T) -> Self {
+        Shared(RefCell::new(v))
+    }
+
+    /// The cell; callers must hold [`enter`]'s guard (or be the only thread).
+    pub fn cell(&self) -> &RefCell<T> {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lock_is_recursive_and_only_when_threaded() {
+        let _g = crate::ompi::TEST_SERIAL.lock();
+        set_threaded(false);
+        assert!(enter().is_none());
+        set_threaded(true);
+        let a = enter();
+        let b = enter(); // same thread: must not deadlock
+        assert!(a.is_some() && b.is_some());
+        // Another thread must wait while we hold it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let h = std::thread::spawn(move || {
+            let _g = enter();
+            tx.send(()).unwrap();
+        });
+        assert!(rx
+            .recv_timeout(std::time::Duration::from_millis(100))
+            .is_err());
+        drop(b);
+        drop(a);
+        rx.recv_timeout(std::time::Duration::from_secs(5)).unwrap();
+        h.join().unwrap();
+        set_threaded(false);
+    }
+}

@@ -1,0 +1,222 @@
+//! What each process publishes through the modex: one entry per module, in module order.
+//!
+//! The blob is this project's own format (not the C original's 32-byte struct: a peer must also
+//! learn the module's job key, identity and fabric address), little-endian, versioned by a magic
+//! word. Decoding never trusts the bytes: any inconsistency is an error naming it.
+use std::net::Ipv4Addr;
+
+/// "URS" + format version 1.
+const MAGIC: [u8; 4] = *b"URS\x01";
+/// Fixed part of one entry, before the fabric address bytes.
+const ENTRY_FIXED: usize = 8 + 8 + 2 + 4 + 4 + 4 + 4 + 2;
+/// Upper bound on a fabric address (sockaddr_in6 is 28 bytes; leave room for other providers).
+const MAX_ADDR: usize = 256;
+/// Upper bound on modules per process (sanity bound on wire input).
+pub const MAX_ENTRIES: usize = 64;
+
+/// One module as its peers see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModexEntry {
+    /// The module's `local_id` (source identity in every datagram it sends).
+    pub id: u64,
+    /// The module's job key (peers write it into every datagram they send to it).
+    pub key: u64,
+    /// Initial sequence number of the module's send direction.
+    pub isn: u16,
+    /// Largest datagram the module's data channel accepts.
+    pub data_mtu: u32,
+    pub ipv4: Ipv4Addr,
+    pub netmask: Ipv4Addr,
+    /// Link speed in Mb/s (0 = unknown).
+    pub link_speed_mbps: u32,
+    /// The fabric edge's `local_address()` bytes.
+    pub address: Vec<u8>,
+}
+
+impl ModexEntry {
+    pub fn is_loopback(&self) -> bool {
+        self.ipv4.is_loopback()
+    }
+}
+
+pub fn encode(entries: &[ModexEntry]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(6 + entries.len() * (ENTRY_FIXED + 16));
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&(entries.len() as u16).to_le_bytes());
+    for e in entries {
+        out.extend_from_slice(&e.id.to_le_bytes());
+        out.extend_from_slice(&e.key.to_le_bytes());
+        out.extend_from_slice(&e.isn.to_le_bytes());
+        out.extend_from_slice(&e.data_mtu.to_le_bytes());
+        out.extend_from_slice(&e.ipv4.octets());
+        out.extend_from_slice(&e.netmask.octets());
+        out.extend_from_slice(&e.link_speed_mbps.to_le_bytes());
+        out.extend_from_slice(&(e.address.len() as u16).to_le_bytes());
+        out.extend_from_slice(&e.address);
+    }
+    out
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+        let end = self.at.checked_add(n).filter(|&e| e <= self.bytes.len());
+        match end {
+            Some(end) => {
+                let s = &self.bytes[self.at..end];
+                self.at = end;
+                Ok(s)
+            }
+            None => Err(format!(
+                "truncated at byte {} of {} (wanted {n} more)",
+                self.at,
+                self.bytes.len()
+            )),
+        }
+    }
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
+    fn u16(&mut self) -> Result<u16, String> {
+        Ok(u16::from_le_bytes(self.array()?))
+    }
+    fn u32(&mut self) -> Result<u32, String> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+    fn u64(&mut self) -> Result<u64, String> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+}
+
+pub fn decode(bytes: &[u8]) -> Result<Vec<ModexEntry>, String> {
+    let mut r = Reader { bytes, at: 0 };
+    if r.array::<4>()? != MAGIC {
+        return Err("not a usnic-rs modex blob (bad magic or version)".into());
+    }
+    let n = r.u16()? as usize;
+    if n > MAX_ENTRIES {
+        return Err(format!("{n} modules announced (at most {MAX_ENTRIES})"));
+    }
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let id = r.u64()?;
+        let key = r.u64()?;
+        let isn = r.u16()?;
+        let data_mtu = r.u32()?;
+        let ipv4 = Ipv4Addr::from(r.array::<4>()?);
+        let netmask = Ipv4Addr::from(r.array::<4>()?);
+        let link_speed_mbps = r.u32()?;
+        let alen = r.u16()? as usize;
+        if alen == 0 || alen > MAX_ADDR {
+            return Err(format!("entry {i}: fabric address of {alen} bytes"));
+        }
+        let address = r.take(alen)?.to_vec();
+        if data_mtu < 64 {
+            return Err(format!("entry {i}: data MTU {data_mtu} too small"));
+        }
+        out.push(ModexEntry {
+            id,
+            key,
+            isn,
+            data_mtu,
+            ipv4,
+            netmask,
+            link_speed_mbps,
+            address,
+        });
+    }
+    if r.at != bytes.len() {
+        return Err(format!(
+            "{} trailing bytes after {n} entries",
+            bytes.len() - r.at
+        ));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(i: u8) -> ModexEntry {
+        ModexEntry {
+            id: 0x1122_3344_5566_7700 + i as u64,
+            key: 0xdead_beef_0000_0000 | i as u64,
+            isn: 4000 + i as u16,
+            data_mtu: 9000,
+            ipv4: Ipv4Addr::new(10, 0, 0, i),
+            netmask: Ipv4Addr::new(255, 255, 255, 0),
+            link_speed_mbps: 25_000,
+            address: vec![10, 0, 0, i, 0x12, 0x34, 0x56, 0x78],
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        for n in 0..4u8 {
+            let v: Vec<_> = (0..n).map(entry).collect();
+            assert_eq!(decode(&encode(&v)).unwrap(), v);
+        }
+    }
+
+    #[test]
+    fn every_truncation_and_extension_is_rejected() {
+        let blob = encode(&[entry(1), entry(2)]);
+        for len in 0..blob.len() {
+            assert!(
+                decode(&blob[..len]).is_err(),
+                "prefix of {len} bytes accepted"
+            );
+        }
+        let mut longer = blob.clone();
+        longer.push(0);
+        assert!(decode(&longer).unwrap_err().contains("trailing"));
+    }
+
+    #[test]
+    fn bad_fields_are_rejected() {
+        let mut blob = encode(&[entry(1)]);
+        blob[3] = 2; // other version
+        assert!(decode(&blob).is_err());
+        let mut blob = encode(&[entry(1)]);
+        blob[4..6].copy_from_slice(&1000u16.to_le_bytes());
+        assert!(decode(&blob).unwrap_err().contains("modules announced"));
+        let mut e = entry(1);
+        e.address.clear();
+        assert!(decode(&encode(&[e])).is_err());
+        let mut e = entry(1);
+        e.data_mtu = 3;
+        assert!(decode(&encode(&[e])).is_err());
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic() {
+        // A cheap deterministic fuzz: xorshift bytes of many lengths, plus mutations of a valid blob.
+        let mut s: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        let valid = encode(&[entry(1), entry(2)]);
+        for round in 0..5000 {
+            let mut b = if round % 2 == 0 {
+                valid.clone()
+            } else {
+                (0..(next() % 200)).map(|_| next() as u8).collect()
+            };
+            if !b.is_empty() {
+                let i = (next() as usize) % b.len();
+                b[i] = next() as u8;
+            }
+            let _ = decode(&b);
+        }
+    }
+}

@@ -1,0 +1,546 @@
+//! One BTL module: a fabric module (one interface, two channels) driven by one protocol engine.
+//!
+//! `ModuleState` is the mutable part, in a `RefCell`. Everything that calls back into Open MPI
+//! (PML receive callbacks, send completions, the error callback) is first collected as an
+//! [`Upcall`] while the state is borrowed, and only run after the borrow ended: the PML may call
+//! straight back into this module (`btl_send` from a receive callback).
+use std::cell::{Cell, RefCell};
+
+use crate::fabric::{self, BufId, Completion, Op, PeerAddr};
+use crate::proto::{Channel, Cookie, Engine, Event, Failure, Instant, PeerId, RxOutcome, Stats};
+
+use super::endpoint::Endpoint;
+use super::frag::{Frag, FragPool};
+use super::log;
+use super::modex::ModexEntry;
+use super::rdma::{RdmaOp, Regions};
+use super::status::*;
+use super::sys;
+
+/// Completions read per channel per progress call (the original reads up to 500).
+const CQ_BATCH: usize = 64;
+/// Cookies with this bit are inline sends (no descriptor): counted, never called back.
+const INLINE_COOKIE: u64 = 1 << 63;
+/// Unacknowledged inline-completed bytes above which sends wait for their ACK instead
+/// (back-pressure: the PML otherwise could queue without bound).
+pub const INLINE_BACKLOG_LIMIT: usize = 32 << 20;
+
+pub const CHANNELS: [Channel; 2] = [Channel::Priority, Channel::Data];
+
+/// Fixed facts about a module, given to the shim for the module struct.
+#[derive(Clone, Debug)]
+pub struct ModuleInfo {
+    pub name: String,
+    pub eager_limit: usize,
+    pub rndv_eager_limit: usize,
+    pub max_send_size: usize,
+    pub bandwidth: u32,
+    pub latency: u32,
+    pub flags: u32,
+    /// Largest single PUT/GET (0 when RDMA is off).
+    pub rdma_limit: usize,
+}
+
+pub struct PeerSlot {
+    pub addr: PeerAddr,
+    /// Leaked box handed to the PML; freed by `drop_endpoint`.
+    pub endpoint: *mut Endpoint,
+}
+
+/// Something to tell Open MPI once no borrow of the module state is live.
+pub enum Upcall {
+    /// A single-datagram fragment, still in receive buffer `buf` (reposted after the callback).
+    DeliverInPlace {
+        ch: Channel,
+        buf: BufId,
+        data: *const u8,
+        len: usize,
+        tag: u8,
+    },
+    /// A reassembled fragment.
+    DeliverOwned { data: Vec<u8>, tag: u8 },
+    /// A descriptor's send is complete (or failed).
+    SendDone { frag: *mut Frag, status: i32 },
+    /// The core gave up on a peer.
+    PeerFailed { endpoint: *mut Endpoint },
+    /// A PUT or GET finished (or failed).
+    RdmaDone { op: *mut RdmaOp, status: i32 },
+}
+
+pub struct ModuleState {
+    pub fabric: fabric::Module,
+    pub engine: Engine,
+    /// Indexed by `PeerId.0`.
+    pub peers: Vec<Option<PeerSlot>>,
+    pub frags: FragPool,
+    completions: Vec<Completion>,
+    /// A datagram the fabric refused with EAGAIN, retried before asking the core for more.
+    pending_tx: [Option<(BufId, usize, PeerId)>; 2],
+    /// Bytes completed to the PML at submission and not yet acknowledged.
+    pub inline_backlog: usize,
+    /// Sizes of in-flight inline sends, by cookie sequence (for the backlog).
+    inline_sizes: std::collections::HashMap<u64, usize>,
+    next_inline: u64,
+    pub finalized: bool,
+    pub stats_base: Stats,
+    /// Upcalls collected by the ACK helper thread, run by the next progress call.
+    pub deferred: Vec<Upcall>,
+    /// Memory peers may write or read (emulated RDMA).
+    pub regions: Regions,
+    /// Peers currently added (a module nobody is paired with is not polled: every poll of the
+    /// udp provider costs a recvmsg per channel).
+    pub npeers: usize,
+    /// PUT / GET operations started by this module (statistics).
+    pub puts: u64,
+    pub gets: u64,
+}
+
+pub struct ModuleCell {
+    pub index: u32,
+    pub info: ModuleInfo,
+    /// What this module published (its own modex entry).
+    pub entry: ModexEntry,
+    /// The shim's module struct (set right after init).
+    pub btl: Cell<*mut sys::mca_btl_base_module_t>,
+    pub error_cb: Cell<sys::mca_btl_base_module_error_cb_fn_t>,
+    pub state: RefCell<ModuleState>,
+    /// Reused upcall batch (taken while in use, so nested progress gets a fresh one).
+    batch: Cell<Vec<Upcall>>,
+}
+
+impl ModuleState {
+    pub fn new(fabric: fabric::Module, engine: Engine) -> Self {
+        ModuleState {
+            fabric,
+            engine,
+            peers: Vec::new(),
+            frags: FragPool::default(),
+            completions: Vec::with_capacity(CQ_BATCH),
+            pending_tx: [None, None],
+            inline_backlog: 0,
+            inline_sizes: Default::default(),
+            next_inline: 0,
+            finalized: false,
+            stats_base: Stats::default(),
+            deferred: Vec::new(),
+            regions: Regions::default(),
+            npeers: 0,
+            puts: 0,
+            gets: 0,
+        }
+    }
+
+    /// `ep` if it is one of this module's live endpoints (O(1): its peer slot must point back
+    /// at it).
+    pub fn check_endpoint(&self, ep: *mut Endpoint) -> Option<*mut Endpoint> {
+        if ep.is_null() {
+            return None;
+        }
+        // SAFETY: the PML only passes endpoints this BTL returned from add_procs and never
+        // after del_procs; the slot comparison below rejects anything else we could detect.
+        let peer = unsafe { (*ep).peer };
+        (self.endpoint_of(peer) == ep).then_some(ep)
+    }
+
+    pub fn endpoint_of(&self, peer: PeerId) -> *mut Endpoint {
+        self.peers
+            .get(peer.0 as usize)
+            .and_then(|s| s.as_ref())
+            .map_or(core::ptr::null_mut(), |s| s.endpoint)
+    }
+
+    /// A cookie for a send completed inline, remembering its size for the backlog.
+    pub fn inline_cookie(&mut self, len: usize) -> Cookie {
+        self.next_inline = self.next_inline.wrapping_add(1) & !INLINE_COOKIE;
+        self.inline_sizes.insert(self.next_inline, len);
+        self.inline_backlog += len;
+        Cookie(INLINE_COOKIE | self.next_inline)
+    }
+
+    fn inline_done(&mut self, cookie: u64) {
+        if let Some(len) = self.inline_sizes.remove(&(cookie & !INLINE_COOKIE)) {
+            self.inline_backlog = self.inline_backlog.saturating_sub(len);
+        }
+    }
+
+    /// Turn core events into upcalls (and handle the ones that need no Open MPI call).
+    pub fn drain_events(&mut self, now: Instant, out: &mut Vec<Upcall>) {
+        while let Some(ev) = self.engine.poll_event() {
+            match ev {
+                Event::Deliver { tag, data, .. } => out.push(Upcall::DeliverOwned { data, tag }),
+                Event::SendComplete { cookie, result, .. } => {
+                    if cookie.0 & INLINE_COOKIE != 0 {
+                        self.inline_done(cookie.0);
+                    } else if cookie.0 != 0 {
+                        out.push(Upcall::SendDone {
+                            frag: cookie.0 as *mut Frag,
+                            status: failure_code(result),
+                        });
+                    }
+                }
+                Event::PeerFailed { peer, .. } => {
+                    let endpoint = self.endpoint_of(peer);
+                    if !endpoint.is_null() {
+                        out.push(Upcall::PeerFailed { endpoint });
+                    }
+                }
+                Event::GetRequest {
+                    peer,
+                    request,
+                    region,
+                    offset,
+                    len,
+                } => {
+                    let answer = usize::try_from(len)
+                        .ok()
+                        .and_then(|len| Some((self.regions.locate(region, offset, len)?, len)))
+                        .map(|(src, len)| {
+                            // SAFETY: `locate` checked that [src, src + len) lies inside memory
+                            // the PML registered for remote access on this module.
+                            unsafe { core::slice::from_raw_parts(src, len) }.to_vec()
+                        })
+                        .ok_or(());
+                    self.engine.answer_get(now, peer, request, answer);
+                }
+                Event::PutComplete { cookie, result, .. }
+                | Event::GetComplete { cookie, result, .. } => {
+                    if cookie.0 != 0 {
+                        out.push(Upcall::RdmaDone {
+                            op: cookie.0 as *mut RdmaOp,
+                            status: failure_code(result),
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Read completions of both channels and feed them to the core.
+    pub fn collect(&mut self, now: Instant, out: &mut Vec<Upcall>) -> usize {
+        let mut n = 0;
+        for ch in CHANNELS {
+            let mut comps = core::mem::take(&mut self.completions);
+            comps.clear();
+            if let Err(e) = self.fabric.poll(ch, CQ_BATCH, &mut comps) {
+                log::error(&format!("completion queue of channel {ch:?} failed: {e}"));
+            }
+            n += comps.len();
+            for c in comps.drain(..) {
+                self.completion(now, ch, c, out);
+                self.drain_events(now, out);
+            }
+            self.completions = comps;
+        }
+        if let Some(t) = self.engine.poll_timeout() {
+            if t <= now {
+                self.engine.handle_timeout(now);
+                self.drain_events(now, out);
+            }
+        }
+        n
+    }
+
+    fn completion(&mut self, now: Instant, ch: Channel, c: Completion, out: &mut Vec<Upcall>) {
+        match c {
+            Completion::Recv { buf, len } => {
+                let datagram = self.fabric.rx_bytes(ch, buf, len);
+                match self.engine.handle_datagram(now, ch, datagram) {
+                    RxOutcome::Deliver { tag, payload, .. } if payload.end <= len => {
+                        // SAFETY: rx_ptr is the start of the buffer's `len` received bytes and
+                        // `payload` lies inside them; the buffer stays ours (not reposted) until
+                        // the upcall has run.
+                        let data = unsafe { self.fabric.rx_ptr(ch, buf).add(payload.start) };
+                        out.push(Upcall::DeliverInPlace {
+                            ch,
+                            buf,
+                            data,
+                            len: payload.len(),
+                            tag,
+                        });
+                    }
+                    RxOutcome::Write {
+                        peer,
+                        region,
+                        offset,
+                        payload,
+                    } => {
+                        let n = payload.len();
+                        match self.regions.locate(region, offset, n) {
+                            Some(dst) if payload.end <= len => {
+                                let src = &self.fabric.rx_bytes(ch, buf, len)[payload];
+                                // SAFETY: `locate` checked that [dst, dst + n) lies inside memory
+                                // registered for this (a PUT target or a GET's destination);
+                                // it cannot overlap our receive buffer.
+                                unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), dst, n) };
+                            }
+                            // Outside registered memory: refuse, never write.
+                            _ => self.engine.refuse_write(now, peer),
+                        }
+                        self.fabric.repost(ch, buf);
+                    }
+                    _ => self.fabric.repost(ch, buf),
+                }
+            }
+            Completion::SendDone { .. } => self.engine.handle_send_complete(ch),
+            Completion::Error { op, error, .. } => match op {
+                // The buffer is free again: one credit back (the core retransmits if needed).
+                Op::Send => {
+                    log::verbose(5, || format!("send on {ch:?} failed: {error}"));
+                    self.engine.handle_send_complete(ch);
+                }
+                Op::Recv => log::verbose(5, || format!("receive on {ch:?} failed: {error}")),
+            },
+        }
+    }
+
+    /// Hand every datagram the core has ready to the fabric, while buffers and credits last.
+    pub fn transmit(&mut self, now: Instant) {
+        for ch in CHANNELS {
+            let ci = ch as usize;
+            if let Some((buf, len, peer)) = self.pending_tx[ci].take() {
+                if !self.send_one(ch, buf, len, peer) {
+                    continue;
+                }
+            }
+            while let Some((buf, bytes)) = self.fabric.tx_buffer(ch) {
+                let Some(t) = self.engine.poll_transmit(now, ch, bytes) else {
+                    self.fabric.release_tx(ch, buf);
+                    break;
+                };
+                if !self.send_one(ch, buf, t.len, t.peer) {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Post one datagram; false when the fabric is busy (kept for retry).
+    fn send_one(&mut self, ch: Channel, buf: BufId, len: usize, peer: PeerId) -> bool {
+        let addr = self
+            .peers
+            .get(peer.0 as usize)
+            .and_then(|s| s.as_ref())
+            .map(|s| s.addr);
+        let Some(addr) = addr else {
+            // The peer was removed after the core queued it: drop, return the credit.
+            self.fabric.release_tx(ch, buf);
+            self.engine.handle_send_complete(ch);
+            return true;
+        };
+        match self.fabric.post_send(ch, buf, len, &addr) {
+            Ok(()) => true,
+            Err(e) if e.is_would_block() => {
+                self.pending_tx[ch as usize] = Some((buf, len, peer));
+                false
+            }
+            Err(e) => {
+                // Lost like a dropped datagram: the core's retransmission repairs it.
+                log::verbose(5, || format!("post_send on {ch:?} failed: {e}"));
+                self.fabric.release_tx(ch, buf);
+                self.engine.handle_send_complete(ch);
+                true
+            }
+        }
+    }
+
+    /// Give back the rx buffers of finished in-place deliveries, and post them.
+    pub fn repost_all(&mut self, bufs: &[(Channel, BufId)]) {
+        for &(ch, buf) in bufs {
+            self.fabric.repost(ch, buf);
+        }
+        if let Err(e) = self.fabric.flush_reposts() {
+            log::error(&format!("reposting receive buffers failed: {e}"));
+        }
+    }
+}
+
+fn failure_code(r: Result<(), Failure>) -> i32 {
+    match r {
+        Ok(()) => OPAL_SUCCESS,
+        Err(Failure::PeerUnreachable) => OPAL_ERR_UNREACH,
+        Err(Failure::RemoteRefused) => OPAL_ERROR,
+    }
+}
+
+impl ModuleCell {
+    pub fn new(index: u32, info: ModuleInfo, entry: ModexEntry, state: ModuleState) -> Self {
+        ModuleCell {
+            index,
+            info,
+            entry,
+            btl: Cell::new(core::ptr::null_mut()),
+            error_cb: Cell::new(None),
+            state: RefCell::new(state),
+            batch: Cell::new(Vec::new()),
+        }
+    }
+
+    /// One progress pass: completions in, upcalls out, datagrams out. Returns how many
+    /// completions were handled.
+    pub fn progress(&self, now: Instant) -> usize {
+        let mut batch = self.batch.take();
+        let n = {
+            let mut st = self.state.borrow_mut();
+            if st.finalized || (st.npeers == 0 && st.deferred.is_empty()) {
+                self.batch.set(batch);
+                return 0;
+            }
+            if !st.deferred.is_empty() {
+                batch.append(&mut st.deferred);
+            }
+            let n = st.collect(now, &mut batch);
+            st.transmit(now);
+            if let Err(e) = st.fabric.flush_reposts() {
+                log::error(&format!("reposting receive buffers failed: {e}"));
+            }
+            n
+        };
+        if !batch.is_empty() {
+            self.dispatch(&mut batch);
+        }
+        self.batch.set(batch);
+        n
+    }
+
+    /// The ACK helper's pass: feed the core what arrived (so it acknowledges), transmit, and
+    /// keep every upcall for the next progress call. In-place deliveries are copied out so the
+    /// receive buffers go back to the fabric at once.
+    pub fn service_in_background(&self, now: Instant) {
+        let mut st = self.state.borrow_mut();
+        if st.finalized || st.npeers == 0 {
+            return;
+        }
+        let mut ups = Vec::new();
+        st.collect(now, &mut ups);
+        for up in ups {
+            match up {
+                Upcall::DeliverInPlace {
+                    ch,
+                    buf,
+                    data,
+                    len,
+                    tag,
+                } => {
+                    // SAFETY: `data` points at `len` received bytes of buffer `buf`, which is
+                    // not reposted yet (it is reposted right after this copy).
+                    let v = unsafe { core::slice::from_raw_parts(data, len) }.to_vec();
+                    st.fabric.repost(ch, buf);
+                    st.deferred.push(Upcall::DeliverOwned { data: v, tag });
+                }
+                other => st.deferred.push(other),
+            }
+        }
+        st.transmit(now);
+        if let Err(e) = st.fabric.flush_reposts() {
+            log::error(&format!("reposting receive buffers failed: {e}"));
+        }
+    }
+
+    /// Run upcalls with no borrow of the state live, then repost what they used.
+    pub fn dispatch(&self, batch: &mut Vec<Upcall>) {
+        let btl = self.btl.get();
+        let mut reposts: Vec<(Channel, BufId)> = Vec::new();
+        for up in batch.drain(..) {
+            match up {
+                Upcall::DeliverInPlace {
+                    ch,
+                    buf,
+                    data,
+                    len,
+                    tag,
+                } => {
+                    deliver(btl, tag, data as *mut u8, len);
+                    reposts.push((ch, buf));
+                }
+                Upcall::DeliverOwned { mut data, tag } => {
+                    let len = data.len();
+                    deliver(btl, tag, data.as_mut_ptr(), len);
+                }
+                Upcall::SendDone { frag, status } => self.complete_send(frag, status),
+                Upcall::PeerFailed { endpoint } => self.peer_failed(endpoint),
+                Upcall::RdmaDone { op, status } => super::rdma::complete(self, op, status),
+            }
+        }
+        let mut st = self.state.borrow_mut();
+        if !reposts.is_empty() {
+            st.repost_all(&reposts);
+        }
+        // Callbacks may have queued sends (their own transmit already ran), and ACKs may be owed.
+        st.transmit(crate::fabric::now());
+    }
+
+    /// Tell the PML a descriptor's send finished, then free it if the BTL owns it.
+    fn complete_send(&self, frag: *mut Frag, status: i32) {
+        // SAFETY: the cookie was made from a live frag by `send`; a frag whose send is
+        // outstanding is never freed (neither the BTL nor the PML frees it before this callback).
+        let (cb, ep, flags) = unsafe {
+            (
+                (*frag).des.des_cbfunc,
+                (*frag).endpoint,
+                (*frag).des.des_flags,
+            )
+        };
+        if let Some(cb) = cb {
+            // SAFETY: the PML's completion callback with the arguments btl.h prescribes.
+            unsafe { cb(self.btl.get(), Endpoint::as_c(ep), frag.cast(), status) };
+        }
+        if flags & DES_FLAGS_BTL_OWNERSHIP != 0 {
+            let mut st = self.state.borrow_mut();
+            // SAFETY: BTL-owned and called back: nobody else refers to it any more.
+            unsafe { st.frags.put(frag) };
+        }
+    }
+
+    fn peer_failed(&self, endpoint: *mut Endpoint) {
+        // SAFETY: endpoints stay allocated until del_procs/finalize, which drain events first.
+        let ep = unsafe { &*endpoint };
+        if ep.failed.replace(true) {
+            return;
+        }
+        let timeout = self.state.borrow().engine.config().peer_timeout.0 / 1_000_000;
+        let msg = format!(
+            "{} stopped acknowledging on interface {} ({}): nothing for {} ms \
+             (btl_usnic_peer_timeout); it is considered failed",
+            ep.describe(),
+            self.info.name,
+            self.entry.ipv4,
+            timeout
+        );
+        log::error(&msg);
+        if let Some(cb) = self.error_cb.get() {
+            let c = std::ffi::CString::new(msg).unwrap_or_default();
+            // SAFETY: the PML's error callback (registered through btl_register_error) with the
+            // failing proc; the string lives through the call. ob1 aborts the job from it.
+            unsafe {
+                cb(
+                    self.btl.get(),
+                    sys::MCA_BTL_ERROR_FLAGS_FATAL as i32,
+                    ep.proc_,
+                    c.as_ptr() as *mut _,
+                )
+            };
+        }
+    }
+}
+
+/// Hand `len` bytes at `data` to the active-message callback of `tag`, with a descriptor that
+/// lives on this stack frame (the PML may only read it during the callback).
+fn deliver(btl: *mut sys::mca_btl_base_module_t, tag: u8, data: *mut u8, len: usize) {
+    // SAFETY: plain C structs; zero is their valid initial state.
+    let mut seg: sys::mca_btl_base_segment_t = unsafe { core::mem::zeroed() };
+    seg.seg_addr.pval = data.cast();
+    seg.seg_len = len as u64;
+    // SAFETY: as above.
+    let mut des: sys::mca_btl_base_descriptor_t = unsafe { core::mem::zeroed() };
+    des.des_segments = &mut seg;
+    des.des_segment_count = 1;
+    des.order = sys::MCA_BTL_NO_ORDER as u8;
+    // SAFETY: the descriptor and segment outlive the call; `data` is readable for `len` bytes
+    // (a received datagram not yet reposted, or an owned Vec alive in the caller).
+    let rc = unsafe { sys::usnic_shim_am_deliver(btl, tag, &mut des) };
+    if rc != 0 {
+        log::error(&format!(
+            "dropped a {len}-byte fragment with tag {tag:#x}: no PML callback registered for it"
+        ));
+    }
+}

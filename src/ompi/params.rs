@@ -1,0 +1,362 @@
+//! MCA parameters: the storage the shim registers with Open MPI's variable system, and their
+//! validation into the settings the edges use.
+//!
+//! The shim owns one `usnic_rs_params_t` for the life of the process; Open MPI writes the values
+//! (and owns the strings). Validation happens at component init, so that `ompi_info` can always
+//! show every parameter and a bad value declines the component with one clear line instead of
+//! unloading it silently.
+use core::ffi::{c_char, c_int, CStr};
+
+use crate::proto::{Config, Duration};
+
+/// Values of every `btl_usnic_*` parameter, as registered by the shim (`-1` = automatic where the
+/// help text says so). Field names are the parameter names without the prefix.
+#[repr(C)]
+#[derive(Debug)]
+pub struct usnic_rs_params_t {
+    pub max_btls: c_int,
+    pub if_include: *mut c_char,
+    pub if_exclude: *mut c_char,
+    pub stats: c_int,
+    pub stats_relative: bool,
+    pub sd_num: c_int,
+    pub rd_num: c_int,
+    pub prio_sd_num: c_int,
+    pub prio_rd_num: c_int,
+    pub cq_num: c_int,
+    pub av_eq_num: c_int,
+    pub base_udp_port: c_int,
+    pub retrans_timeout: c_int,
+    pub max_resends_per_iteration: c_int,
+    pub priority_limit: c_int,
+    pub eager_limit: c_int,
+    pub rndv_eager_limit: c_int,
+    pub pack_lazy_threshold: c_int,
+    pub show_route_failures: bool,
+    pub connectivity_check: bool,
+    pub connectivity_ack_timeout: c_int,
+    pub connectivity_error_num_retries: c_int,
+    pub connectivity_map: *mut c_char,
+    pub provider: *mut c_char,
+    pub ack_delay: c_int,
+    pub peer_timeout: c_int,
+    pub same_node: bool,
+    pub mtu: c_int,
+    pub window: c_int,
+    pub verbose: c_int,
+    pub ack_thread: bool,
+    pub rto_min: c_int,
+    pub rdma: bool,
+}
+
+/// Validated parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    pub max_btls: usize,
+    pub if_include: Option<String>,
+    pub if_exclude: Option<String>,
+    pub stats_interval_s: u32,
+    pub stats_relative: bool,
+    pub sd_num: Option<usize>,
+    pub rd_num: Option<usize>,
+    pub prio_sd_num: Option<usize>,
+    pub prio_rd_num: Option<usize>,
+    pub cq_num: Option<usize>,
+    pub base_udp_port: u16,
+    pub retrans_timeout_us: u64,
+    pub max_resends_per_iteration: usize,
+    pub priority_limit: usize,
+    /// 0 = automatic (150 KiB with one module, 25 KiB with several).
+    pub eager_limit: usize,
+    pub rndv_eager_limit: usize,
+    pub pack_lazy_threshold: Option<usize>,
+    pub show_route_failures: bool,
+    pub connectivity_map: Option<String>,
+    pub provider: String,
+    pub ack_delay_us: u64,
+    pub peer_timeout_ms: u64,
+    pub same_node: bool,
+    pub mtu: usize,
+    pub window: u16,
+    pub verbose: u32,
+    pub ack_thread: bool,
+    /// 0 = the core's default floor.
+    pub rto_min_us: u64,
+    pub rdma: bool,
+}
+
+/// Default priority-channel MTU, the original's `max_tiny_msg_size`.
+pub const DEFAULT_PRIORITY_LIMIT: usize = 768;
+/// The original's default rendezvous first-fragment size.
+pub const DEFAULT_RNDV_EAGER_LIMIT: usize = 500;
+
+fn opt_string(name: &str, p: *const c_char) -> Result<Option<String>, String> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: a non-NULL value is a NUL-terminated string owned by Open MPI's variable
+    // system, alive for the whole component lifetime.
+    let s = unsafe { CStr::from_ptr(p) };
+    let s = s
+        .to_str()
+        .map_err(|_| format!("btl_usnic_{name} is not valid UTF-8"))?
+        .trim();
+    Ok(if s.is_empty() {
+        None
+    } else {
+        Some(s.to_owned())
+    })
+}
+
+fn at_least(name: &str, v: c_int, min: c_int) -> Result<c_int, String> {
+    if v < min {
+        Err(format!(
+            "btl_usnic_{name}={v} is invalid (must be >= {min})"
+        ))
+    } else {
+        Ok(v)
+    }
+}
+
+/// `-1` means automatic; otherwise at least `min`.
+fn auto_or(name: &str, v: c_int, min: c_int) -> Result<Option<usize>, String> {
+    if v == -1 {
+        Ok(None)
+    } else if v < min {
+        Err(format!(
+            "btl_usnic_{name}={v} is invalid (must be -1 for automatic, or >= {min})"
+        ))
+    } else {
+        Ok(Some(v as usize))
+    }
+}
+
+impl Settings {
+    /// Checks every value; the error is one line naming the parameter.
+    pub fn from_params(p: &usnic_rs_params_t) -> Result<Settings, String> {
+        let if_include = opt_string("if_include", p.if_include)?;
+        let if_exclude = opt_string("if_exclude", p.if_exclude)?;
+        if if_include.is_some() && if_exclude.is_some() {
+            return Err(
+                "btl_usnic_if_include and btl_usnic_if_exclude are mutually exclusive; set only one"
+                    .into(),
+            );
+        }
+        let provider = opt_string("provider", p.provider)?
+            .ok_or_else(|| "btl_usnic_provider must name a libfabric provider".to_string())?;
+        let window = at_least("window", p.window, 1)?;
+        if window > 4096 {
+            return Err(format!(
+                "btl_usnic_window={window} is invalid (must be 1..4096)"
+            ));
+        }
+        let priority_limit = match at_least("priority_limit", p.priority_limit, 0)? {
+            0 => DEFAULT_PRIORITY_LIMIT,
+            v if v < 128 => {
+                return Err(format!(
+                    "btl_usnic_priority_limit={v} is invalid (0 for the default {DEFAULT_PRIORITY_LIMIT}, or >= 128)"
+                ))
+            }
+            v => v as usize,
+        };
+        let mtu = at_least("mtu", p.mtu, 0)? as usize;
+        if mtu != 0 && mtu < 512 {
+            return Err(format!(
+                "btl_usnic_mtu={mtu} is invalid (0 for the interface MTU, or >= 512)"
+            ));
+        }
+        let rndv = at_least("rndv_eager_limit", p.rndv_eager_limit, 0)? as usize;
+        let eager = at_least("eager_limit", p.eager_limit, 0)? as usize;
+        if eager != 0 && eager < 1024 {
+            return Err(format!(
+                "btl_usnic_eager_limit={eager} is invalid (0 for automatic, or >= 1024)"
+            ));
+        }
+        at_least("av_eq_num", p.av_eq_num, 1)?;
+        at_least("connectivity_ack_timeout", p.connectivity_ack_timeout, 0)?;
+        at_least(
+            "connectivity_error_num_retries",
+            p.connectivity_error_num_retries,
+            1,
+        )?;
+        let base_udp_port = at_least("base_udp_port", p.base_udp_port, 0)?;
+        if base_udp_port > 65535 {
+            return Err(format!(
+                "btl_usnic_base_udp_port={base_udp_port} is invalid (must be 0..65535)"
+            ));
+        }
+        Ok(Settings {
+            max_btls: at_least("max_btls", p.max_btls, 0)? as usize,
+            if_include,
+            if_exclude,
+            stats_interval_s: at_least("stats", p.stats, 0)? as u32,
+            stats_relative: p.stats_relative,
+            sd_num: auto_or("sd_num", p.sd_num, 16)?,
+            rd_num: auto_or("rd_num", p.rd_num, 16)?,
+            prio_sd_num: auto_or("prio_sd_num", p.prio_sd_num, 8)?,
+            prio_rd_num: auto_or("prio_rd_num", p.prio_rd_num, 8)?,
+            cq_num: auto_or("cq_num", p.cq_num, 32)?,
+            base_udp_port: base_udp_port as u16,
+            retrans_timeout_us: at_least("retrans_timeout", p.retrans_timeout, 1)? as u64,
+            max_resends_per_iteration: at_least(
+                "max_resends_per_iteration",
+                p.max_resends_per_iteration,
+                1,
+            )? as usize,
+            priority_limit,
+            eager_limit: eager,
+            rndv_eager_limit: if rndv == 0 {
+                DEFAULT_RNDV_EAGER_LIMIT
+            } else {
+                rndv
+            },
+            pack_lazy_threshold: auto_or("pack_lazy_threshold", p.pack_lazy_threshold, 0)?,
+            show_route_failures: p.show_route_failures,
+            connectivity_map: opt_string("connectivity_map", p.connectivity_map)?,
+            provider,
+            ack_delay_us: at_least("ack_delay", p.ack_delay, 0)? as u64,
+            peer_timeout_ms: at_least("peer_timeout", p.peer_timeout, 100)? as u64,
+            same_node: p.same_node,
+            mtu,
+            window: window as u16,
+            verbose: at_least("verbose", p.verbose, 0)? as u32,
+            ack_thread: p.ack_thread,
+            rto_min_us: at_least("rto_min", p.rto_min, 0)? as u64,
+            rdma: p.rdma,
+        })
+    }
+
+    /// The engine configuration of one module whose data channel carries `data_mtu` bytes.
+    pub fn engine_config(&self, data_mtu: usize, priority_mtu: usize) -> Config {
+        let d = Config::default();
+        let rto_initial = Duration::from_micros(self.retrans_timeout_us);
+        let floor = if self.rto_min_us == 0 {
+            d.rto_min
+        } else {
+            Duration::from_micros(self.rto_min_us)
+        };
+        Config {
+            data_mtu,
+            priority_mtu,
+            window: self.window,
+            ack_delay: Duration::from_micros(self.ack_delay_us),
+            rto_initial,
+            rto_min: floor.min(rto_initial),
+            rto_max: d.rto_max.max(rto_initial),
+            max_resends_per_pass: self.max_resends_per_iteration,
+            peer_timeout: Duration::from_millis(self.peer_timeout_ms),
+            data_credits: self.sd_num.map_or(d.data_credits, |v| v as u32),
+            priority_credits: self.prio_sd_num.map_or(d.priority_credits, |v| v as u32),
+            local_id: 0,
+            local_key: 0,
+            isn: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::ffi::CString;
+
+    /// The defaults the shim registers (kept in one place for tests).
+    pub(crate) fn defaults(provider: &CString) -> usnic_rs_params_t {
+        usnic_rs_params_t {
+            max_btls: 0,
+            if_include: core::ptr::null_mut(),
+            if_exclude: core::ptr::null_mut(),
+            stats: 0,
+            stats_relative: false,
+            sd_num: -1,
+            rd_num: -1,
+            prio_sd_num: -1,
+            prio_rd_num: -1,
+            cq_num: -1,
+            av_eq_num: 1024,
+            base_udp_port: 0,
+            retrans_timeout: 5000,
+            max_resends_per_iteration: 16,
+            priority_limit: 0,
+            eager_limit: 0,
+            rndv_eager_limit: 0,
+            pack_lazy_threshold: 16384,
+            show_route_failures: true,
+            connectivity_check: true,
+            connectivity_ack_timeout: 250,
+            connectivity_error_num_retries: 40,
+            connectivity_map: core::ptr::null_mut(),
+            provider: provider.as_ptr() as *mut c_char,
+            ack_delay: 30,
+            peer_timeout: 20000,
+            same_node: true,
+            mtu: 0,
+            window: 4096,
+            verbose: 0,
+            ack_thread: true,
+            rto_min: 0,
+            rdma: false,
+        }
+    }
+
+    #[test]
+    fn defaults_validate() {
+        let prov = CString::new("udp").unwrap();
+        let s = Settings::from_params(&defaults(&prov)).unwrap();
+        assert_eq!(s.provider, "udp");
+        assert_eq!(s.priority_limit, DEFAULT_PRIORITY_LIMIT);
+        assert_eq!(s.rndv_eager_limit, DEFAULT_RNDV_EAGER_LIMIT);
+        assert_eq!(s.sd_num, None);
+        assert_eq!(s.peer_timeout_ms, 20000);
+        let c = s.engine_config(9000, 768);
+        assert_eq!(c.data_mtu, 9000);
+        assert_eq!(c.rto_initial, Duration::from_micros(5000));
+        assert_eq!(c.ack_delay, Duration::from_micros(30));
+    }
+
+    #[test]
+    fn include_and_exclude_conflict() {
+        let prov = CString::new("udp").unwrap();
+        let inc = CString::new("eth0").unwrap();
+        let exc = CString::new("lo").unwrap();
+        let mut p = defaults(&prov);
+        p.if_include = inc.as_ptr() as *mut c_char;
+        p.if_exclude = exc.as_ptr() as *mut c_char;
+        let e = Settings::from_params(&p).unwrap_err();
+        assert!(e.contains("mutually exclusive"), "{e}");
+        // Either one alone is fine.
+        p.if_exclude = core::ptr::null_mut();
+        assert_eq!(
+            Settings::from_params(&p).unwrap().if_include.as_deref(),
+            Some("eth0")
+        );
+    }
+
+    #[test]
+    fn bad_values_name_the_parameter() {
+        let prov = CString::new("udp").unwrap();
+        type Case = (&'static str, fn(&mut usnic_rs_params_t));
+        let cases: [Case; 7] = [
+            ("btl_usnic_sd_num", |p| p.sd_num = -5),
+            ("btl_usnic_window", |p| p.window = 5000),
+            ("btl_usnic_retrans_timeout", |p| p.retrans_timeout = 0),
+            ("btl_usnic_mtu", |p| p.mtu = 100),
+            ("btl_usnic_priority_limit", |p| p.priority_limit = 10),
+            ("btl_usnic_peer_timeout", |p| p.peer_timeout = 1),
+            ("btl_usnic_max_btls", |p| p.max_btls = -1),
+        ];
+        for (name, set) in cases {
+            let mut p = defaults(&prov);
+            set(&mut p);
+            let e = Settings::from_params(&p).unwrap_err();
+            assert!(e.starts_with(name), "{name}: {e}");
+            assert!(!e.contains('\n'));
+        }
+    }
+
+    #[test]
+    fn empty_provider_is_refused() {
+        let prov = CString::new("  ").unwrap();
+        let e = Settings::from_params(&defaults(&prov)).unwrap_err();
+        assert!(e.contains("btl_usnic_provider"), "{e}");
+    }
+}

@@ -1,0 +1,370 @@
+//! add_procs / del_procs / finalize: peers in and out of a module.
+use std::io::Write;
+
+use crate::fabric;
+use crate::proto::PeerInfo;
+
+use super::component::{ifaces, Component};
+use super::endpoint::Endpoint;
+use super::log;
+use super::modex::{self, ModexEntry};
+use super::module::{ModuleCell, PeerSlot};
+use super::pairing;
+use super::status::*;
+use super::sys;
+
+/// How long del_procs/finalize keep progressing so the last ACKs can arrive.
+const DRAIN_NS: u64 = 200_000_000;
+
+/// Fetch and decode a peer's published modules. `Ok(None)`: it published nothing (no usnic).
+fn peer_entries(proc_: *const sys::opal_proc_t) -> Result<Option<Vec<ModexEntry>>, String> {
+    let mut data: *mut core::ffi::c_void = core::ptr::null_mut();
+    let mut size: usize = 0;
+    // SAFETY: proc_ is a live opal_proc_t from the BML; the out-parameters are ours.
+    let rc = unsafe { sys::usnic_shim_modex_recv(proc_, &mut data, &mut size) };
+    if rc == sys::OPAL_ERR_NOT_FOUND {
+        return Ok(None);
+    }
+    if rc != OPAL_SUCCESS {
+        return Err(format!("modex receive failed (error {rc})"));
+    }
+    if data.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: on success the shim returns a malloc'ed buffer of `size` bytes, ours to free.
+    let bytes = unsafe { core::slice::from_raw_parts(data as *const u8, size) }.to_vec();
+    // SAFETY: allocated by the modex with malloc; freed exactly once here.
+    unsafe { sys::usnic_shim_free(data) };
+    modex::decode(&bytes).map(Some)
+}
+
+fn proc_name(p: *const sys::opal_proc_t) -> (u32, u32) {
+    let (mut j, mut v) = (0, 0);
+    // SAFETY: p is a live opal_proc_t; writes two u32 out-parameters.
+    unsafe { sys::usnic_shim_proc_name(p, &mut j, &mut v) };
+    (j, v)
+}
+
+fn proc_host(p: *const sys::opal_proc_t) -> String {
+    // SAFETY: the shim returns Open MPI's host string or a static "unknown".
+    unsafe { std::ffi::CStr::from_ptr(sys::usnic_shim_proc_hostname(p)) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// `endpoints[i]` = an endpoint for each proc this module reaches, NULL for the others.
+pub fn add_procs(
+    c: &Component,
+    m: &ModuleCell,
+    procs: &[*mut sys::opal_proc_t],
+    endpoints: &mut [*mut sys::mca_btl_base_endpoint_t],
+) -> i32 {
+    let mine = ifaces(
+        &c.modules
+            .iter()
+            .map(|m| m.entry.clone())
+            .collect::<Vec<_>>(),
+    );
+    let last_module = m.index as usize + 1 == c.modules.len();
+    let mut map_lines = Vec::new();
+    for (i, &p) in procs.iter().enumerate() {
+        endpoints[i] = core::ptr::null_mut();
+        if p.is_null() {
+            continue;
+        }
+        let (jobid, vpid) = proc_name(p);
+        if (jobid, vpid) == (c.my_jobid, c.my_vpid) {
+            continue; // the self BTL's business
+        }
+        // SAFETY: p is a live opal_proc_t.
+        let same_node = unsafe { sys::usnic_shim_proc_on_local_node(p) } != 0;
+        if same_node && !c.settings.same_node {
+            continue;
+        }
+        let host = proc_host(p);
+        let theirs = match peer_entries(p) {
+            Ok(Some(t)) => t,
+            Ok(None) => {
+                log::verbose(5, || format!("rank {vpid} on {host} has no usnic module"));
+                continue;
+            }
+            Err(e) => {
+                log::error(&format!(
+                    "ignoring rank {vpid} on {host}: its usnic modex data is unusable: {e}"
+                ));
+                continue;
+            }
+        };
+        let i_am_first = (c.my_jobid, c.my_vpid) < (jobid, vpid);
+        let Some(j) = pairing::peer_module_for(
+            &mine,
+            &ifaces(&theirs),
+            m.index as usize,
+            same_node,
+            i_am_first,
+        ) else {
+            continue;
+        };
+        let e = &theirs[j];
+        let ep = match connect(m, p, jobid, vpid, host, e) {
+            Ok(ep) => ep,
+            Err(msg) => {
+                log::error(&msg);
+                continue;
+            }
+        };
+        endpoints[i] = Endpoint::as_c(ep);
+        c.reached.borrow_mut().insert((jobid, vpid));
+        map_lines.push(format!(
+            "rank {vpid} {} via {} {} -> {}",
+            proc_host(p),
+            m.info.name,
+            m.entry.ipv4,
+            e.ipv4
+        ));
+    }
+    if last_module && c.settings.show_route_failures {
+        for &p in procs {
+            if p.is_null() {
+                continue;
+            }
+            let (jobid, vpid) = proc_name(p);
+            // SAFETY: p is a live opal_proc_t.
+            let same_node = unsafe { sys::usnic_shim_proc_on_local_node(p) } != 0;
+            if (jobid, vpid) == (c.my_jobid, c.my_vpid) || (same_node && !c.settings.same_node) {
+                continue;
+            }
+            let published = matches!(peer_entries(p), Ok(Some(_)));
+            if published && !c.reached.borrow().contains(&(jobid, vpid)) {
+                log::error(&format!(
+                    "rank {vpid} on {} is unreachable over usnic: none of its interfaces shares \
+                     a subnet with this process's ({}); another BTL must carry its traffic",
+                    proc_host(p),
+                    c.modules
+                        .iter()
+                        .map(|m| format!("{} {}/{}", m.info.name, m.entry.ipv4, m.entry.netmask))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+        }
+    }
+    if let Some(prefix) = &c.settings.connectivity_map {
+        write_map(c, m, prefix, &map_lines);
+    }
+    OPAL_SUCCESS
+}
+
+fn connect(
+    m: &ModuleCell,
+    p: *mut sys::opal_proc_t,
+    jobid: u32,
+    vpid: u32,
+    host: String,
+    e: &ModexEntry,
+) -> Result<*mut Endpoint, String> {
+    let mut st = m.state.borrow_mut();
+    // A proc added again (dynamic processes) keeps its endpoint.
+    for slot in st.peers.iter().flatten() {
+        // SAFETY: endpoints in the table are live.
+        let ep = unsafe { &*slot.endpoint };
+        if (ep.jobid, ep.vpid) == (jobid, vpid) {
+            return Ok(slot.endpoint);
+        }
+    }
+    let addr = st
+        .fabric
+        .insert_peer(&e.address)
+        .map_err(|err| format!("cannot reach rank {vpid} on {host} at {}: {err}", e.ipv4))?;
+    let now = fabric::now();
+    let peer = st.engine.add_peer(
+        now,
+        PeerInfo {
+            remote_id: e.id,
+            remote_key: e.key,
+            remote_isn: e.isn,
+            remote_data_mtu: e.data_mtu as usize,
+        },
+    );
+    let ep = Box::into_raw(Box::new(Endpoint {
+        module: m.index,
+        peer,
+        proc_: p,
+        jobid,
+        vpid,
+        host,
+        remote_ipv4: e.ipv4,
+        failed: std::cell::Cell::new(false),
+    }));
+    let idx = peer.0 as usize;
+    if st.peers.len() <= idx {
+        st.peers.resize_with(idx + 1, || None);
+    }
+    st.npeers += 1;
+    if let Some(old) = st.peers[idx].replace(PeerSlot { addr, endpoint: ep }) {
+        st.npeers -= 1;
+        // The core reused an id we still held: impossible unless remove_peer was skipped.
+        // SAFETY: the old endpoint was leaked by us and is no longer reachable from the table.
+        drop(unsafe { Box::from_raw(old.endpoint) });
+    }
+    log::verbose(10, || {
+        format!(
+            "module {} reaches rank {vpid} at {} (peer {})",
+            m.info.name, e.ipv4, peer.0
+        )
+    });
+    Ok(ep)
+}
+
+fn write_map(c: &Component, m: &ModuleCell, prefix: &str, lines: &[String]) {
+    let path = format!(
+        "{prefix}-{}.pid{}.job{}.mcwrank{}.txt",
+        c.my_host,
+        std::process::id(),
+        c.my_jobid,
+        c.my_vpid
+    );
+    let res = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .and_then(|mut f| {
+            for l in lines {
+                writeln!(f, "{l}")?;
+            }
+            Ok(())
+        });
+    if let Err(e) = res {
+        log::error(&format!(
+            "cannot write connectivity map {path} for module {}: {e}",
+            m.info.name
+        ));
+    }
+}
+
+/// Keep progressing this module until no peer in `peers` has unacknowledged data, at most
+/// `DRAIN_NS` (a peer that already left never acknowledges).
+fn drain(m: &ModuleCell, peers: &[crate::proto::PeerId]) {
+    let deadline = fabric::now().0 + DRAIN_NS;
+    loop {
+        let idle = {
+            let st = m.state.borrow();
+            peers.iter().all(|&p| st.engine.is_idle(p))
+        };
+        if idle || fabric::now().0 > deadline {
+            return;
+        }
+        m.progress(fabric::now());
+        std::hint::spin_loop();
+    }
+}
+
+/// Forget the given endpoints: their peers leave the core and the fabric; outstanding sends to
+/// them are dropped without callbacks (the PML is tearing the peer down).
+pub fn del_procs(m: &ModuleCell, endpoints: &[*mut sys::mca_btl_base_endpoint_t]) -> i32 {
+    let ours: Vec<*mut Endpoint> = {
+        let st = m.state.borrow();
+        endpoints
+            .iter()
+            .map(|&e| e.cast::<Endpoint>())
+            .filter(|&e| !e.is_null() && st.peers.iter().flatten().any(|s| s.endpoint == e))
+            .collect()
+    };
+    // SAFETY: each pointer was just found in the peer table, so it is live.
+    let peers: Vec<_> = ours.iter().map(|&e| unsafe { (*e).peer }).collect();
+    drain(m, &peers);
+    remove_peers(m, &peers);
+    OPAL_SUCCESS
+}
+
+fn remove_peers(m: &ModuleCell, peers: &[crate::proto::PeerId]) {
+    let mut st = m.state.borrow_mut();
+    let now = fabric::now();
+    for &p in peers {
+        st.engine.remove_peer(now, p);
+    }
+    // Completions of what was still queued: free our descriptors, no callbacks. Deferred upcalls
+    // naming a removed endpoint go too (it is freed below).
+    let removed: Vec<*mut Endpoint> = peers.iter().map(|&p| st.endpoint_of(p)).collect();
+    let mut batch = Vec::new();
+    st.drain_events(now, &mut batch);
+    let deferred = core::mem::take(&mut st.deferred);
+    for up in deferred {
+        match up {
+            super::module::Upcall::PeerFailed { endpoint } if removed.contains(&endpoint) => {}
+            super::module::Upcall::RdmaDone { op, status }
+                // SAFETY: operations with a pending completion are live.
+                if removed.contains(&unsafe { (*op).endpoint }) =>
+            {
+                batch.push(super::module::Upcall::RdmaDone { op, status })
+            }
+            super::module::Upcall::SendDone { frag, status }
+                // SAFETY: frags with a pending completion are live.
+                if removed.contains(&unsafe { (*frag).endpoint }) =>
+            {
+                batch.push(super::module::Upcall::SendDone { frag, status })
+            }
+            other => st.deferred.push(other),
+        }
+    }
+    for up in batch {
+        if let super::module::Upcall::RdmaDone { op, .. } = up {
+            // SAFETY: an operation the core just failed; nobody else holds it.
+            let op = unsafe { Box::from_raw(op) };
+            if let Some(t) = op.temp_region {
+                st.regions.remove_region(t);
+            }
+            continue;
+        }
+        if let super::module::Upcall::SendDone { frag, .. } = up {
+            // SAFETY: a frag with an outstanding send; the peer is gone, so nobody will
+            // complete it. Free only BTL-owned ones (the PML frees the others itself).
+            unsafe {
+                if (*frag).des.des_flags & DES_FLAGS_BTL_OWNERSHIP != 0 {
+                    st.frags.put(frag);
+                }
+            }
+        }
+    }
+    for &p in peers {
+        if let Some(slot) = st.peers.get_mut(p.0 as usize).and_then(Option::take) {
+            st.npeers = st.npeers.saturating_sub(1);
+            st.fabric.remove_peer(&slot.addr);
+            // SAFETY: leaked by `connect`, now unreachable from the table; the PML is done
+            // with it (del_procs/finalize).
+            drop(unsafe { Box::from_raw(slot.endpoint) });
+        }
+    }
+}
+
+/// Module finalize: drain, remove every peer, close the fabric objects (by dropping them).
+pub fn finalize_module(c: &Component, m: &ModuleCell) -> i32 {
+    if m.state.borrow().finalized {
+        return OPAL_SUCCESS;
+    }
+    let peers: Vec<_> = {
+        let st = m.state.borrow();
+        st.peers
+            .iter()
+            .flatten()
+            // SAFETY: endpoints in the table are live.
+            .map(|s| unsafe { (*s.endpoint).peer })
+            .collect()
+    };
+    drain(m, &peers);
+    remove_peers(m, &peers);
+    if c.settings.stats_interval_s > 0 {
+        super::component::print_stats(c, m, true);
+    }
+    let mut st = m.state.borrow_mut();
+    st.finalized = true;
+    if st.frags.live > 0 {
+        log::verbose(5, || {
+            format!(
+                "module {}: {} descriptors still held by the PML at finalize",
+                m.info.name, st.frags.live
+            )
+        });
+    }
+    OPAL_SUCCESS
+}

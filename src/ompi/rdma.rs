@@ -1,0 +1,279 @@
+//! Emulated RDMA: `btl_put` / `btl_get` over the core's PUT/GET, and the registrations that say
+//! which local memory a peer may write (PUT target) or read (GET source).
+//!
+//! A registration handle is what the PML ships to the peer: `{region, base}`. The peer names the
+//! region and an offset from `base`; this side checks both against what is registered before
+//! touching memory, and refuses (the core reports `RemoteRefused` to the initiator) otherwise.
+//! A GET's local destination gets a temporary region of its own for the duration of the GET.
+use core::ffi::c_void;
+use std::collections::HashMap;
+
+use crate::fabric;
+use crate::proto::{Cookie, PeerId};
+
+use super::endpoint::Endpoint;
+use super::module::ModuleCell;
+use super::status::*;
+use super::sys;
+
+/// The registration handle as it travels to peers (`btl_registration_handle_size` bytes).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct RegHandle {
+    pub region: u64,
+    pub base: u64,
+}
+
+pub const HANDLE_SIZE: usize = core::mem::size_of::<RegHandle>();
+
+#[derive(Copy, Clone, Debug)]
+struct Region {
+    base: usize,
+    len: usize,
+}
+
+/// Memory of this module that peers may touch.
+#[derive(Default)]
+pub struct Regions {
+    map: HashMap<u64, Region>,
+    next: u64,
+}
+
+impl Regions {
+    fn add(&mut self, base: usize, len: usize) -> u64 {
+        self.next += 1;
+        self.map.insert(self.next, Region { base, len });
+        self.next
+    }
+
+    fn remove(&mut self, id: u64) {
+        self.map.remove(&id);
+    }
+
+    pub fn remove_region(&mut self, id: u64) {
+        self.remove(id)
+    }
+
+    /// Address of `[offset, offset + len)` inside region `id`, if entirely inside it.
+    pub fn locate(&self, id: u64, offset: u64, len: usize) -> Option<*mut u8> {
+        let r = self.map.get(&id)?;
+        let off = usize::try_from(offset).ok()?;
+        let end = off.checked_add(len)?;
+        (end <= r.len).then(|| (r.base + off) as *mut u8)
+    }
+}
+
+/// One PUT or GET in flight: everything its completion callback needs.
+pub struct RdmaOp {
+    pub cb: sys::mca_btl_base_rdma_completion_fn_t,
+    pub context: *mut c_void,
+    pub data: *mut c_void,
+    pub local: *mut c_void,
+    pub local_handle: *mut sys::mca_btl_base_registration_handle_t,
+    pub endpoint: *mut Endpoint,
+    /// The temporary region of a GET's destination.
+    pub temp_region: Option<u64>,
+}
+
+pub fn register(m: &ModuleCell, base: *mut c_void, size: usize) -> *mut RegHandle {
+    if base.is_null() && size > 0 {
+        return core::ptr::null_mut();
+    }
+    let region = m.state.borrow_mut().regions.add(base as usize, size);
+    Box::into_raw(Box::new(RegHandle {
+        region,
+        base: base as u64,
+    }))
+}
+
+pub fn deregister(m: &ModuleCell, h: *mut RegHandle) -> i32 {
+    if h.is_null() {
+        return OPAL_ERR_BAD_PARAM;
+    }
+    // SAFETY: the PML returns a handle `register` made, exactly once.
+    let h = unsafe { Box::from_raw(h) };
+    m.state.borrow_mut().regions.remove(h.region);
+    OPAL_SUCCESS
+}
+
+/// Where `remote_address` lies in the peer's registration.
+fn remote_offset(
+    handle: *const sys::mca_btl_base_registration_handle_t,
+    addr: u64,
+) -> Option<(u64, u64)> {
+    if handle.is_null() {
+        return None;
+    }
+    // SAFETY: the PML passes the peer's handle bytes (HANDLE_SIZE of them, as we declared);
+    // read unaligned since they come out of a PML message.
+    let h = unsafe { core::ptr::read_unaligned(handle as *const RegHandle) };
+    Some((h.region, addr.checked_sub(h.base)?))
+}
+
+pub struct RdmaArgs {
+    pub endpoint: *mut sys::mca_btl_base_endpoint_t,
+    pub local: *mut c_void,
+    pub remote: u64,
+    pub local_handle: *mut sys::mca_btl_base_registration_handle_t,
+    pub remote_handle: *mut sys::mca_btl_base_registration_handle_t,
+    pub size: usize,
+    pub cb: sys::mca_btl_base_rdma_completion_fn_t,
+    pub context: *mut c_void,
+    pub data: *mut c_void,
+}
+
+fn live_endpoint(
+    m: &ModuleCell,
+    ep: *mut sys::mca_btl_base_endpoint_t,
+) -> Option<(*mut Endpoint, PeerId)> {
+    let ep = m.state.borrow().check_endpoint(ep.cast::<Endpoint>())?;
+    // SAFETY: found in the peer table, so live.
+    let e = unsafe { &*ep };
+    (!e.failed.get() && e.module == m.index).then_some((ep, e.peer))
+}
+
+pub fn put(m: &ModuleCell, a: RdmaArgs) -> i32 {
+    let Some((ep, peer)) = live_endpoint(m, a.endpoint) else {
+        return OPAL_ERR_UNREACH;
+    };
+    let Some((region, offset)) = remote_offset(a.remote_handle, a.remote) else {
+        return OPAL_ERR_BAD_PARAM;
+    };
+    if a.local.is_null() && a.size > 0 {
+        return OPAL_ERR_BAD_PARAM;
+    }
+    let bytes = if a.size == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: the PML's local buffer of `size` bytes, valid until the completion callback;
+        // copied now, so it may be reused as soon as the callback says so.
+        unsafe { core::slice::from_raw_parts(a.local as *const u8, a.size) }.to_vec()
+    };
+    let op = Box::into_raw(Box::new(RdmaOp {
+        cb: a.cb,
+        context: a.context,
+        data: a.data,
+        local: a.local,
+        local_handle: a.local_handle,
+        endpoint: ep,
+        temp_region: None,
+    }));
+    let mut st = m.state.borrow_mut();
+    let now = fabric::now();
+    match st
+        .engine
+        .submit_put(now, peer, region, offset, bytes, Cookie(op as u64))
+    {
+        Ok(()) => {
+            st.puts += 1;
+            st.transmit(now);
+            OPAL_SUCCESS
+        }
+        Err(_) => {
+            // SAFETY: never handed to the core.
+            drop(unsafe { Box::from_raw(op) });
+            OPAL_ERR_UNREACH
+        }
+    }
+}
+
+pub fn get(m: &ModuleCell, a: RdmaArgs) -> i32 {
+    let Some((ep, peer)) = live_endpoint(m, a.endpoint) else {
+        return OPAL_ERR_UNREACH;
+    };
+    let Some((region, offset)) = remote_offset(a.remote_handle, a.remote) else {
+        return OPAL_ERR_BAD_PARAM;
+    };
+    if a.local.is_null() && a.size > 0 {
+        return OPAL_ERR_BAD_PARAM;
+    }
+    let mut st = m.state.borrow_mut();
+    // The destination is writable only by this GET, only while it runs.
+    let temp = st.regions.add(a.local as usize, a.size);
+    let op = Box::into_raw(Box::new(RdmaOp {
+        cb: a.cb,
+        context: a.context,
+        data: a.data,
+        local: a.local,
+        local_handle: a.local_handle,
+        endpoint: ep,
+        temp_region: Some(temp),
+    }));
+    let now = fabric::now();
+    match st.engine.submit_get(
+        now,
+        peer,
+        region,
+        offset,
+        temp,
+        0,
+        a.size as u64,
+        Cookie(op as u64),
+    ) {
+        Ok(()) => {
+            st.gets += 1;
+            st.transmit(now);
+            OPAL_SUCCESS
+        }
+        Err(_) => {
+            st.regions.remove(temp);
+            // SAFETY: never handed to the core.
+            drop(unsafe { Box::from_raw(op) });
+            OPAL_ERR_UNREACH
+        }
+    }
+}
+
+/// Run a finished operation's callback (no state borrow live) and release it.
+pub fn complete(m: &ModuleCell, op: *mut RdmaOp, status: i32) {
+    // SAFETY: the cookie was made by put/get from a live box; each completes exactly once.
+    let op = unsafe { Box::from_raw(op) };
+    if let Some(t) = op.temp_region {
+        m.state.borrow_mut().regions.remove(t);
+    }
+    if let Some(cb) = op.cb {
+        // SAFETY: the PML's RDMA completion callback with the arguments btl.h prescribes.
+        unsafe {
+            cb(
+                m.btl.get(),
+                Endpoint::as_c(op.endpoint),
+                op.local,
+                op.local_handle,
+                op.context,
+                op.data,
+                status,
+            )
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locate_stays_inside_the_region() {
+        let mut r = Regions::default();
+        let id = r.add(0x1000, 100);
+        assert_eq!(r.locate(id, 0, 100), Some(0x1000 as *mut u8));
+        assert_eq!(r.locate(id, 99, 1), Some(0x1063 as *mut u8));
+        assert_eq!(r.locate(id, 99, 2), None);
+        assert_eq!(r.locate(id, 100, 0), Some(0x1064 as *mut u8));
+        assert_eq!(r.locate(id, u64::MAX, 1), None);
+        assert_eq!(r.locate(id + 1, 0, 1), None);
+        r.remove(id);
+        assert_eq!(r.locate(id, 0, 1), None);
+    }
+
+    #[test]
+    fn handle_offsets() {
+        let h = RegHandle {
+            region: 7,
+            base: 5000,
+        };
+        let p = &h as *const RegHandle as *const sys::mca_btl_base_registration_handle_t;
+        assert_eq!(remote_offset(p, 5010), Some((7, 10)));
+        assert_eq!(remote_offset(p, 4999), None);
+        assert_eq!(remote_offset(core::ptr::null(), 1), None);
+    }
+}

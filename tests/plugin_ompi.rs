@@ -1,0 +1,495 @@
+//! The plugin as Open MPI sees it: `ompi_info` listing and parameters, and small MPI jobs under
+//! `mpirun --mca pml ob1 --mca btl usnic,self` (the freshly built library, not an installed
+//! copy: each run points `mca_base_component_path` at a directory holding only a link to it).
+//!
+//! These need Open MPI's `ompi_info`, `mpicc` and `mpirun` (Debian: openmpi-bin,
+//! libopenmpi-dev); their absence is a failure, not a skip.
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// MPI jobs run one at a time (2 cores; the jobs busy-poll).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn plugin_path() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("target/<profile>");
+    let p = dir.join("libusnic_rs.so");
+    assert!(p.exists(), "plugin not built at {}", p.display());
+    p
+}
+
+/// A scratch directory with `mca_btl_usnic.so` -> the built plugin, and the test programs.
+fn workdir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let d = std::env::temp_dir().join(format!("usnic-rs-plugin-{}", std::process::id()));
+        std::fs::create_dir_all(d.join("components")).unwrap();
+        let link = d.join("components/mca_btl_usnic.so");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(plugin_path(), &link).unwrap();
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/plugin");
+        for prog in ["pingpong", "stall", "compute", "threads"] {
+            let st = Command::new("mpicc")
+                .args(["-O2", "-pthread"])
+                .arg("-o")
+                .arg(d.join(prog))
+                .arg(src.join(format!("{prog}.c")))
+                .status()
+                .expect("mpicc (libopenmpi-dev) must be installed");
+            assert!(st.success(), "mpicc {prog}.c failed");
+        }
+        d
+    })
+}
+
+fn component_path() -> String {
+    let out = Command::new("ompi_info")
+        .args(["--parsable", "--path", "pkglibdir"])
+        .output()
+        .expect("ompi_info (openmpi-bin) must be installed");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let sys = text
+        .lines()
+        .find_map(|l| l.strip_prefix("path:pkglibdir:"))
+        .expect("ompi_info --path pkglibdir")
+        .trim()
+        .to_string();
+    format!("{sys}:{}", workdir().join("components").display())
+}
+
+fn ompi(cmd: &str) -> Command {
+    let mut c = Command::new(cmd);
+    c.env("OMPI_MCA_mca_base_component_path", component_path())
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env_remove("OMPI_MCA_btl");
+    c
+}
+
+/// Run with a deadline; a hang is a failure with whatever was printed.
+fn run(mut c: Command, limit: Duration) -> Output {
+    use std::io::Read;
+    c.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().expect("spawn");
+    let start = Instant::now();
+    loop {
+        if let Some(_st) = child.try_wait().unwrap() {
+            return child.wait_with_output().unwrap();
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let mut o = String::new();
+            let mut e = String::new();
+            let _ = child.stdout.take().unwrap().read_to_string(&mut o);
+            let _ = child.stderr.take().unwrap().read_to_string(&mut e);
+            let _ = child.wait();
+            panic!("timed out after {limit:?}\nstdout:\n{o}\nstderr:\n{e}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn mpirun(np: u32, extra: &[&str], prog: &[&str]) -> Output {
+    let mut c = ompi("mpirun");
+    c.args([
+        "-np",
+        &np.to_string(),
+        "--oversubscribe",
+        "--mca",
+        "pml",
+        "ob1",
+    ]);
+    c.args(extra);
+    c.arg(workdir().join(prog[0]));
+    c.args(&prog[1..]);
+    run(c, Duration::from_secs(240))
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn ompi_info_lists_the_component() {
+    let mut c = ompi("ompi_info");
+    c.arg("--parsable");
+    let o = run(c, Duration::from_secs(60));
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    for v in ["mca:2.1.0", "api:3.1.0", "component:4.1.4"] {
+        let line = format!("mca:btl:usnic:version:\"{v}\"");
+        assert!(out.lines().any(|l| l == line), "missing {line}\n{out}");
+    }
+    // And the human-readable line users look for.
+    let o = run(ompi("ompi_info"), Duration::from_secs(60));
+    let (out, _) = text(&o);
+    assert!(
+        out.contains("MCA btl: usnic (MCA v2.1.0, API v3.1.0, Component v4.1.4)"),
+        "{out}"
+    );
+}
+
+#[test]
+fn every_parameter_has_help() {
+    let mut c = ompi("ompi_info");
+    c.args(["--parsable", "--param", "btl", "usnic", "--level", "9"]);
+    let o = run(c, Duration::from_secs(60));
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let expected = [
+        ("if_include", ""),
+        ("if_exclude", ""),
+        ("max_btls", "0"),
+        ("stats", "0"),
+        ("stats_relative", "false"),
+        ("sd_num", "-1"),
+        ("rd_num", "-1"),
+        ("prio_sd_num", "-1"),
+        ("prio_rd_num", "-1"),
+        ("cq_num", "-1"),
+        ("av_eq_num", "1024"),
+        ("base_udp_port", "0"),
+        ("retrans_timeout", "5000"),
+        ("max_resends_per_iteration", "16"),
+        ("priority_limit", "0"),
+        ("eager_limit", "0"),
+        ("rndv_eager_limit", "0"),
+        ("pack_lazy_threshold", "16384"),
+        ("show_route_failures", "true"),
+        ("connectivity_check", "true"),
+        ("connectivity_ack_timeout", "250"),
+        ("connectivity_error_num_retries", "40"),
+        ("connectivity_map", ""),
+        ("provider", "udp"),
+        ("ack_delay", "30"),
+        ("peer_timeout", "20000"),
+        ("same_node", "true"),
+        ("mtu", "0"),
+        ("window", "4096"),
+        ("verbose", "0"),
+        ("ack_thread", "true"),
+        ("rto_min", "0"),
+        ("rdma", "false"),
+    ];
+    for (name, value) in expected {
+        let p = format!("mca:btl:usnic:param:btl_usnic_{name}:");
+        let val = out
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{p}value:")))
+            .unwrap_or_else(|| panic!("btl_usnic_{name} not listed"));
+        assert_eq!(val.trim_matches('"'), value, "default of btl_usnic_{name}");
+        let help = out
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{p}help:")))
+            .unwrap_or_else(|| panic!("btl_usnic_{name} has no help"));
+        assert!(help.len() > 20, "btl_usnic_{name}: help too short: {help}");
+    }
+}
+
+#[test]
+fn pingpong_over_usnic_verifies_every_byte() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let o = mpirun(
+        2,
+        &[
+            "--mca",
+            "btl",
+            "usnic,self",
+            "--mca",
+            "btl_usnic_stats",
+            "1000",
+        ],
+        &["pingpong", "262144", "20"],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("OK: 0 errors"), "{out}");
+    // usnic carried it: self cannot reach the other rank, and on both ranks the final
+    // statistics of a usnic module show sends and receives.
+    let busy = per_rank(&err, |l| {
+        !l.contains(" sends 0 ") && !l.contains(" recvs 0 ")
+    });
+    assert_eq!(busy, 2, "{err}");
+}
+
+/// Number of ranks (distinct `[host:pid]` prefixes) with a final statistics line matching `f`.
+fn per_rank(err: &str, f: impl Fn(&str) -> bool) -> usize {
+    let mut ranks: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("stats (final)") && f(l))
+        .filter_map(|l| l.split(']').next())
+        .collect();
+    ranks.sort();
+    ranks.dedup();
+    ranks.len()
+}
+
+#[test]
+fn four_ranks_all_pairs() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // Ranks 0 and 1 ping-pong while 2 and 3 take part in the final allreduce only.
+    let o = mpirun(
+        4,
+        &["--mca", "btl", "usnic,self"],
+        &["pingpong", "70000", "5"],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("OK: 0 errors"), "{out}");
+}
+
+#[test]
+fn invalid_parameters_decline_with_one_line() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["--mca", "btl_usnic_sd_num", "-7"],
+            "btl_usnic_sd_num=-7 is invalid",
+        ),
+        (
+            &[
+                "--mca",
+                "btl_usnic_if_include",
+                "eth0",
+                "--mca",
+                "btl_usnic_if_exclude",
+                "lo",
+            ],
+            "mutually exclusive",
+        ),
+        (
+            &["--mca", "btl_usnic_if_include", "10.0.0.0/99"],
+            "btl_usnic_if_include",
+        ),
+    ];
+    for (args, want) in cases {
+        let mut extra = vec!["--mca", "btl", "usnic,self,tcp"];
+        extra.extend_from_slice(args);
+        let o = mpirun(2, &extra, &["pingpong", "1024", "2"]);
+        let (out, err) = text(&o);
+        // The job still runs (over tcp); usnic said why it stepped aside, once per rank.
+        assert!(
+            o.status.success(),
+            "{args:?}\nstdout:\n{out}\nstderr:\n{err}"
+        );
+        assert!(out.contains("OK: 0 errors"), "{out}");
+        let lines: Vec<&str> = err
+            .lines()
+            .filter(|l| l.contains(want) && l.contains("disables itself"))
+            .collect();
+        assert_eq!(lines.len(), 2, "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn failed_peer_is_named_and_the_job_ends() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let start = Instant::now();
+    // Rank 1 stops (SIGSTOP) before rank 0's eager sends reach it: nothing is acknowledged.
+    let o = mpirun(
+        2,
+        &[
+            "--mca",
+            "btl",
+            "usnic,self",
+            "--mca",
+            "btl_usnic_peer_timeout",
+            "2000",
+        ],
+        &["stall"],
+    );
+    let (out, err) = text(&o);
+    assert!(!o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(!out.contains("should not happen"), "{out}");
+    assert!(
+        err.contains("peer rank 1 on host") && err.contains("btl_usnic_peer_timeout"),
+        "{err}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(120));
+}
+
+#[test]
+fn computing_peer_is_not_declared_failed() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let args = |thread: &'static str| {
+        [
+            "--mca",
+            "btl",
+            "usnic,self",
+            "--mca",
+            "btl_usnic_peer_timeout",
+            "2000",
+            "--mca",
+            "btl_usnic_ack_thread",
+            thread,
+        ]
+    };
+    let o = mpirun(2, &args("1"), &["compute"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("OK: computing peer survived"), "{out}");
+    // Control: without the helper thread the same run is (wrongly) declared failed, which is
+    // what the thread exists to prevent.
+    let o = mpirun(2, &args("0"), &["compute"]);
+    let (_, err) = text(&o);
+    assert!(!o.status.success());
+    assert!(err.contains("peer rank 1 on host"), "{err}");
+}
+
+#[test]
+fn thread_multiple_four_threads_per_rank() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for np in [2, 4] {
+        let o = mpirun(np, &["--mca", "btl", "usnic,self"], &["threads", "100"]);
+        let (out, err) = text(&o);
+        assert!(
+            o.status.success(),
+            "np {np}\nstdout:\n{out}\nstderr:\n{err}"
+        );
+        assert!(out.contains("OK: 0 errors"), "{out}");
+    }
+}
+
+#[test]
+fn pingpong_with_emulated_rdma_uses_get() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let o = mpirun(
+        2,
+        &[
+            "--mca",
+            "btl",
+            "usnic,self",
+            "--mca",
+            "btl_usnic_rdma",
+            "1",
+            "--mca",
+            "btl_usnic_stats",
+            "1000",
+        ],
+        &["pingpong", "1048576", "3"],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("OK: 0 errors"), "{out}");
+    // ob1 fetched the large messages with btl_get (RGET) and every GET landed in memory.
+    assert_eq!(per_rank(&err, |l| !l.contains(" gets 0 ")), 2, "{err}");
+    assert!(
+        err.lines()
+            .filter(|l| l.contains("stats (final)"))
+            .all(|l| l.contains("refused_writes 0 ")),
+        "{err}"
+    );
+}
+
+#[test]
+fn two_rank_run_is_valgrind_clean() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let vg = Command::new("valgrind").arg("--version").output();
+    assert!(
+        vg.is_ok_and(|o| o.status.success()),
+        "valgrind must be installed (Debian: valgrind)"
+    );
+    let logs = workdir().join("vg");
+    let _ = std::fs::remove_dir_all(&logs);
+    std::fs::create_dir_all(&logs).unwrap();
+    let mut c = ompi("mpirun");
+    c.args([
+        "-np",
+        "2",
+        "--mca",
+        "pml",
+        "ob1",
+        "--mca",
+        "btl",
+        "usnic,self",
+    ]);
+    // Keep the plugin mapped at exit so valgrind can name its frames.
+    c.args(["--mca", "mca_base_component_disable_dlclose", "1"]);
+    c.args(["--mca", "btl_usnic_rdma", "1"]);
+    c.args([
+        "valgrind",
+        "-q",
+        "--leak-check=full",
+        "--show-leak-kinds=definite",
+    ]);
+    let supp = Path::new("/usr/share/openmpi/openmpi-valgrind.supp");
+    if supp.exists() {
+        c.arg(format!("--suppressions={}", supp.display()));
+    }
+    c.arg(format!("--log-file={}/vg.%p", logs.display()));
+    c.arg(workdir().join("pingpong")).args(["300000", "3"]);
+    let o = run(c, Duration::from_secs(400));
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("OK: 0 errors"), "{out}");
+    let mut n = 0;
+    for f in std::fs::read_dir(&logs).unwrap() {
+        let log = std::fs::read_to_string(f.unwrap().path()).unwrap();
+        n += 1;
+        // Open MPI itself leaks at finalize (ORTE, PMIx strings); only our frames count.
+        for record in valgrind_records(&log) {
+            assert!(
+                !is_our_error(&record),
+                "valgrind report in our code:\n{record}"
+            );
+        }
+    }
+    assert_eq!(n, 2, "expected one valgrind log per rank");
+}
+
+/// The records of a valgrind log: runs of `==pid== ...` lines separated by an empty message.
+fn valgrind_records(log: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    for line in log.lines() {
+        let msg = match line.strip_prefix("==") {
+            Some(rest) => rest.split_once("== ").map_or("", |(_, m)| m),
+            None => line,
+        };
+        if msg.trim().is_empty() {
+            if !cur.is_empty() {
+                out.push(core::mem::take(&mut cur));
+            }
+        } else {
+            cur.push_str(msg);
+            cur.push('\n');
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+fn is_our_error(record: &str) -> bool {
+    let ours = record.contains("usnic_rs") || record.contains("mca_btl_usnic");
+    let bad = record.contains("Invalid ")
+        || record.contains("uninitialised")
+        || record.contains("definitely lost");
+    ours && bad
+}
+
+#[test]
+fn valgrind_log_parser_finds_our_leaks() {
+    let log = "==7== 16 bytes in 1 blocks are definitely lost in loss record 1 of 9\n\
+               ==7==    at 0x1: malloc (vg_replace_malloc.c:1)\n\
+               ==7==    by 0x2: usnic_rs::ompi::rdma::register (rdma.rs:80)\n\
+               ==7== \n\
+               ==7== 2 bytes in 1 blocks are definitely lost in loss record 2 of 9\n\
+               ==7==    at 0x1: malloc (vg_replace_malloc.c:1)\n\
+               ==7==    by 0x3: orte_init (in libopen-rte.so)\n\
+               ==7== \n";
+    let recs = valgrind_records(log);
+    assert_eq!(recs.len(), 2);
+    assert!(is_our_error(&recs[0]));
+    assert!(!is_our_error(&recs[1]));
+}

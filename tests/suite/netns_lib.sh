@@ -1,0 +1,73 @@
+# Sourced by tests/suite/netns.sh and faults.sh (after lib.sh): the netns cluster of
+# ../shared/tools/netns-cluster.sh, taken under the same lock as tests/run-netns.sh.
+NC=${NC:-$(cd "$SUITE_DIR/../.." && pwd)/../shared/tools/netns-cluster.sh}
+export NC_NET=${NC_NET:-10.77.0}
+NC_LOCK=/run/lock/usnic-rs-netns.lock
+NC_OWNED=0
+NC_IMPAIRED=""
+
+nc_cannot() {
+    echo "suite: CANNOT RUN: $*"
+    echo "0 passed, 1 failed"
+    exit 2
+}
+
+# nc_prepare HOSTS: checks, lock, cluster up (or reuse one left up with enough hosts)
+nc_prepare() {
+    local want=$1
+    [ "$(id -u)" -eq 0 ] || nc_cannot "must be run as root (network namespaces, bridge, nftables); try: sudo $0"
+    [ -x "$NC" ] || nc_cannot "netns-cluster.sh not found or not executable at $NC (set NC=...)"
+    command -v ip >/dev/null || nc_cannot "ip (iproute2) not found: apt-get install iproute2"
+    command -v unshare >/dev/null || nc_cannot "unshare (util-linux) not found"
+    command -v flock >/dev/null || nc_cannot "flock (util-linux) not found"
+    local probe=usnicrs-suite-probe-$$
+    ip netns add "$probe" 2>/dev/null || nc_cannot "cannot create a network namespace (ip netns add failed)"
+    ip netns del "$probe"
+    # one user of h1..hN at a time (same lock file as tests/run-netns.sh)
+    exec 9>"$NC_LOCK"
+    echo "suite: waiting for $NC_LOCK (another netns run may hold it)" >&2
+    flock -w "${NC_LOCK_WAIT:-1800}" 9 || nc_cannot "another run holds $NC_LOCK for more than ${NC_LOCK_WAIT:-1800}s"
+    if [ -s /run/netns-cluster/hosts ] && [ "$(wc -l </run/netns-cluster/hosts)" -ge "$want" ]; then
+        echo "suite: note: a netns cluster is already up ($(wc -l </run/netns-cluster/hosts) hosts); reusing it and leaving it up"
+        NC_OWNED=0
+    else
+        NC_OWNED=1
+    fi
+    trap nc_cleanup EXIT
+    trap 'exit 130' INT TERM
+    if [ "$NC_OWNED" = 1 ] || [ "$(wc -l </run/netns-cluster/hosts 2>/dev/null || echo 0)" -lt "$want" ]; then
+        "$NC" up "$want" || nc_cannot "netns-cluster.sh up $want failed"
+    fi
+    "$NC" status
+}
+
+nc_resize() { # grow/shrink a cluster we own
+    [ "$NC_OWNED" = 1 ] || return 0
+    "$NC" up "$1" >/dev/null || nc_cannot "netns-cluster.sh up $1 failed"
+}
+
+nc_cleanup() {
+    local h
+    for h in $NC_IMPAIRED; do "$NC" netem "$h" clear >/dev/null 2>&1; done
+    if [ "$NC_OWNED" = 1 ] && [ "${KEEP_CLUSTER:-0}" != 1 ]; then "$NC" down >/dev/null 2>&1; fi
+    exec 9>&- 2>/dev/null || true
+}
+
+nc_release_lock() { exec 9>&-; }
+
+# mpirun arguments for N ranks over H hosts (ranks dealt round-robin so every host has one)
+nc_hosts_arg() {
+    local np=$1 nh=$2 i s=""
+    for i in $(seq 1 "$nh"); do
+        s+="h$i:$(( np / nh + (i <= np % nh ? 1 : 0) )),"
+    done
+    echo "${s%,}"
+}
+
+nc_btl_args() {
+    case $1 in
+    tcp) echo "--mca btl_tcp_if_include $NC_NET.0/24" ;;
+    usnic) echo "--mca btl_usnic_if_include $NC_NET.0/24 ${USNIC_STATS_MCA:-}" ;;
+    *) echo "" ;;
+    esac
+}
