@@ -1,8 +1,6 @@
 //! The connectivity agent/client pair on loopback, in one process: two agents stand for two
 //! hosts (127.0.0.1 and 127.0.0.2 are both on `lo`).
-#[allow(dead_code)]
-#[path = "../src/ompi/connectivity/mod.rs"]
-mod connectivity;
+use usnic_rs::ompi::connectivity;
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, UdpSocket};

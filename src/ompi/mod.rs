@@ -8,6 +8,7 @@
 mod acker;
 mod boundary;
 mod component;
+pub mod connectivity;
 mod endpoint;
 pub mod exports;
 mod frag;

@@ -19,6 +19,7 @@
 //! callbacks as plain values, so the pair is tested on loopback in one process.
 pub mod agent;
 pub mod client;
+pub mod edge;
 pub mod ipc;
 pub mod sys;
 pub mod wire;
