@@ -7,7 +7,9 @@
 #       ack_timeout x retries (+ slack) with the exact "small bad, large bad" message;
 #   (c) the bridge port of h2 (the "switch port") at MTU 1200 while both hosts keep 1500:
 #       "small ok, large bad";
-#   (d) h2's own veth0 at MTU 1200: the BTL sends min(both MTUs), so the check passes silently.
+#   (d) h2's own veth0 at MTU 1200: the BTL sends min(both MTUs), so the check passes silently;
+#   (e) two ranks per host, both sending across: one agent per host checks the path once;
+#   (f) btl_usnic_connectivity_check 0: no check at all (nothing logged even at verbosity 20).
 # Root only; when it cannot run it says why and fails. Ends with "N passed, N failed".
 set -u
 cd "$(dirname "$0")/../.."
@@ -72,7 +74,7 @@ run() {
     local t0=$EPOCHREALTIME line
     : >"$WORK/$name.log"
     MSG_AT=none
-    "$NC" exec h1 timeout -k 5 90 mpirun -np 2 --host h1,h2 --bind-to none \
+    "$NC" exec h1 timeout -k 5 90 mpirun -np "${NP:-2}" --host "${HOSTS:-h1,h2}" --bind-to none \
         --mca plm_rsh_agent "$NC rsh-agent" --mca oob_tcp_if_include "$NC_NET.0/24" \
         --mca mca_base_component_path "$SYS:$WORK/components" \
         --mca pml ob1 --mca btl usnic,self --mca btl_usnic_if_include "$NC_NET.0/24" \
@@ -90,7 +92,7 @@ run() {
     RC=${PIPESTATUS[0]}
     SECS=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN{printf "%.1f", b-a}')
     MSG_AT=$(cat "$WORK/$name.msg_at" 2>/dev/null || echo none)
-    echo "--- $name: rc=$RC ${SECS}s, first checker message at ${MSG_AT}s"
+    echo "--- $name: rc=$RC ${SECS}s, first checker message at: $MSG_AT"
     sed 's/^/    | /' "$WORK/$name.log" | head -40
 }
 
@@ -181,6 +183,24 @@ if [ $RC -eq 0 ] && grep -q "^PASS ring np=2" "$WORK/small-host-mtu.log" &&
     ok "(d) h2 MTU 1200: job passes, path checked with 1172-byte probes"
 else
     ko "(d) h2 MTU 1200: rc=$RC or GOOD line with size 1172 missing"
+fi
+
+# (e) 2 ranks per host (--map-by node: ranks 0,2 on h1 and 1,3 on h2; pairs 0-1 and 2-3 cross)
+NP=4 HOSTS=h1:2,h2:2 run two-per-host --map-by node --mca mpi_yield_when_idle 1 --mca btl_usnic_verbose 20
+n12=$(grep -c "usnic connectivity GOOD between h1 veth0 10.77.0.1 and h2 10.77.0.2 " "$WORK/two-per-host.log")
+n21=$(grep -c "usnic connectivity GOOD between h2 veth0 10.77.0.2 and h1 10.77.0.1 " "$WORK/two-per-host.log")
+if [ $RC -eq 0 ] && grep -q "^PASS ring np=4" "$WORK/two-per-host.log" && [ "$n12" = 1 ] && [ "$n21" = 1 ]; then
+    ok "(e) 2 ranks per host: job passes, each host's agent checked the path exactly once"
+else
+    ko "(e) 2 ranks per host: rc=$RC, GOOD lines h1->h2 $n12, h2->h1 $n21 (want 1 and 1)"
+fi
+
+# (f) checker off
+run check-off --mca btl_usnic_connectivity_check 0 --mca btl_usnic_verbose 20
+if [ $RC -eq 0 ] && grep -q "^PASS ring np=2" "$WORK/check-off.log" && ! grep -q "connectivity" "$WORK/check-off.log"; then
+    ok "(f) connectivity_check 0: job passes, no checker activity at verbosity 20"
+else
+    ko "(f) connectivity_check 0: rc=$RC or checker output present"
 fi
 
 echo "$PASS passed, $FAIL failed"

@@ -204,3 +204,63 @@ fn hooks() -> Hooks {
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_is_the_framed_topic_with_every_value() {
+        let f = Failure {
+            local_host: "h1".into(),
+            local_interface: "veth0".into(),
+            local_address: "10.77.0.1/24".into(),
+            remote_host: "h2".into(),
+            remote_address: Ipv4Addr::new(10, 77, 0, 2),
+            remote_port: 4000,
+            small_size: 40,
+            large_size: 1472,
+            small_ok: true,
+            large_ok: false,
+            send_error: Some("sending 1472 bytes to 10.77.0.2:4000: Message too long".into()),
+        };
+        let m = message(&f);
+        assert!(m.starts_with(&format!(
+            "{RULE}\nThe usnic connectivity checker found that small"
+        )));
+        for line in [
+            "  Local host:      h1\n",
+            "  Local interface: veth0 (10.77.0.1/24)\n",
+            "  Remote host:     h2\n",
+            "  Remote address:  10.77.0.2\n",
+            "  Small size:      40 bytes (got through)\n",
+            "  Large size:      1472 bytes (did not)\n",
+        ] {
+            assert!(m.contains(line), "{line:?} missing from\n{m}");
+        }
+        assert!(m.ends_with(&format!(
+            "{RULE}\n(last send error on this path: sending 1472 bytes to 10.77.0.2:4000: Message too long)\n"
+        )));
+        assert!(!m.contains('%'));
+    }
+
+    #[test]
+    fn a_path_without_ports_is_never_requested() {
+        let none = PathCheck::new(
+            (Ipv4Addr::LOCALHOST, 0, 1472),
+            (Ipv4Addr::LOCALHOST, 9, 1472),
+            "x",
+        );
+        assert!(none.ping.is_none());
+        let some = PathCheck::new(
+            (Ipv4Addr::new(10, 0, 0, 1), 7, 1472),
+            (Ipv4Addr::new(10, 0, 0, 2), 9, 1172),
+            "h2",
+        );
+        // The large probe is what the BTL sends on the path: the smaller end's datagram.
+        assert_eq!(some.ping.as_ref().unwrap().large_size, 1172);
+        // No checker running in this process: requesting is a no-op, and only the first counts.
+        some.request();
+        assert!(some.requested.get());
+    }
+}
