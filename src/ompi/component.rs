@@ -112,6 +112,7 @@ fn fabric_config(s: &Settings) -> Result<FabricConfig, String> {
 }
 
 fn decline(msg: &str) -> i32 {
+    super::connectivity::edge::stop();
     log::error(&format!("{msg}; the usnic BTL disables itself"));
     OPAL_SUCCESS
 }
@@ -164,6 +165,18 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
     let my_host = unsafe { std::ffi::CStr::from_ptr(sys::usnic_shim_my_hostname()) }
         .to_string_lossy()
         .into_owned();
+    super::connectivity::edge::start(
+        super::connectivity::edge::Setup {
+            enabled: settings.connectivity_check,
+            ack_timeout_ms: settings.connectivity_ack_timeout_ms,
+            retries: settings.connectivity_retries,
+            hostname: &my_host,
+            jobid,
+            local_rank: None,
+            session_dir: None,
+        }
+        .from_env(),
+    );
 
     // The original's rule (150 KiB with one module, 25 KiB with several) counts the interfaces
     // that carry remote traffic; the loopback module only ever serves same-node peers.
@@ -207,6 +220,12 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
             netmask: dev.netmask,
             link_speed_mbps: dev.link_speed_mbps,
             address: fab.local_address(),
+            // Loopback modules serve same-host peers only: nothing to check.
+            cc_port: if dev.is_loopback {
+                0
+            } else {
+                super::connectivity::edge::listen(dev.ipv4, data_mtu as u32)
+            },
         };
         let engine = match Engine::new(ec) {
             Ok(e) => e,
@@ -300,11 +319,13 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
 
 /// Called by the shim if it cannot build the module structs after a successful init.
 pub fn abandon() {
+    super::connectivity::edge::stop();
     *COMPONENT.cell().borrow_mut() = None;
 }
 
 /// Close: everything left is dropped (modules normally finalized already).
 pub fn close() -> i32 {
+    super::connectivity::edge::stop();
     let taken = COMPONENT.cell().borrow_mut().take();
     if let Some(c) = taken {
         for m in &c.modules {

@@ -22,6 +22,8 @@ pub struct Endpoint {
     pub remote_ipv4: std::net::Ipv4Addr,
     /// Set once the core reports the peer failed: sends fail fast from then on.
     pub failed: Cell<bool>,
+    /// The connectivity check of this endpoint's path, requested on its first send.
+    pub connectivity: super::connectivity::edge::PathCheck,
 }
 
 impl Endpoint {

@@ -27,6 +27,7 @@
 mod acker;
 mod boundary;
 mod component;
+pub mod connectivity;
 mod endpoint;
 pub mod exports;
 mod frag;

@@ -5,10 +5,10 @@
 //! word. Decoding never trusts the bytes: any inconsistency is an error naming it.
 use std::net::Ipv4Addr;
 
-/// "URS" + format version 1.
-const MAGIC: [u8; 4] = *b"URS\x01";
+/// "URS" + format version 2 (2 added `cc_port`).
+const MAGIC: [u8; 4] = *b"URS\x02";
 /// Fixed part of one entry, before the fabric address bytes.
-const ENTRY_FIXED: usize = 8 + 8 + 2 + 4 + 4 + 4 + 4 + 2;
+const ENTRY_FIXED: usize = 8 + 8 + 2 + 4 + 4 + 4 + 4 + 2 + 2;
 /// Upper bound on a fabric address (sockaddr_in6 is 28 bytes; leave room for other providers).
 const MAX_ADDR: usize = 256;
 /// Upper bound on modules per process (sanity bound on wire input).
@@ -31,6 +31,8 @@ pub struct ModexEntry {
     pub link_speed_mbps: u32,
     /// The fabric edge's `local_address()` bytes.
     pub address: Vec<u8>,
+    /// UDP port of this host's connectivity agent on `ipv4` (0 = not checked).
+    pub cc_port: u16,
 }
 
 impl ModexEntry {
@@ -53,6 +55,7 @@ pub fn encode(entries: &[ModexEntry]) -> Vec<u8> {
         out.extend_from_slice(&e.link_speed_mbps.to_le_bytes());
         out.extend_from_slice(&(e.address.len() as u16).to_le_bytes());
         out.extend_from_slice(&e.address);
+        out.extend_from_slice(&e.cc_port.to_le_bytes());
     }
     out
 }
@@ -117,6 +120,7 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<ModexEntry>, String> {
             return Err(format!("entry {i}: fabric address of {alen} bytes"));
         }
         let address = r.take(alen)?.to_vec();
+        let cc_port = r.u16()?;
         if data_mtu < 64 {
             return Err(format!("entry {i}: data MTU {data_mtu} too small"));
         }
@@ -129,6 +133,7 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<ModexEntry>, String> {
             netmask,
             link_speed_mbps,
             address,
+            cc_port,
         });
     }
     if r.at != bytes.len() {
@@ -154,6 +159,7 @@ mod tests {
             netmask: Ipv4Addr::new(255, 255, 255, 0),
             link_speed_mbps: 25_000,
             address: vec![10, 0, 0, i, 0x12, 0x34, 0x56, 0x78],
+            cc_port: 40000 + i as u16,
         }
     }
 
@@ -182,7 +188,7 @@ mod tests {
     #[test]
     fn bad_fields_are_rejected() {
         let mut blob = encode(&[entry(1)]);
-        blob[3] = 2; // other version
+        blob[3] = 1; // the version before cc_port
         assert!(decode(&blob).is_err());
         let mut blob = encode(&[entry(1)]);
         blob[4..6].copy_from_slice(&1000u16.to_le_bytes());

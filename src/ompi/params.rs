@@ -72,6 +72,9 @@ pub struct Settings {
     pub pack_lazy_threshold: Option<usize>,
     pub show_route_failures: bool,
     pub connectivity_map: Option<String>,
+    pub connectivity_check: bool,
+    pub connectivity_ack_timeout_ms: u32,
+    pub connectivity_retries: u32,
     pub provider: String,
     pub ack_delay_us: u64,
     pub peer_timeout_ms: u64,
@@ -194,8 +197,8 @@ impl Settings {
             ));
         }
         at_least("av_eq_num", p.av_eq_num, 1)?;
-        at_least("connectivity_ack_timeout", p.connectivity_ack_timeout, 0)?;
-        at_least(
+        let cc_ack = at_least("connectivity_ack_timeout", p.connectivity_ack_timeout, 0)?;
+        let cc_retries = at_least(
             "connectivity_error_num_retries",
             p.connectivity_error_num_retries,
             1,
@@ -234,6 +237,9 @@ impl Settings {
             pack_lazy_threshold: auto_or("pack_lazy_threshold", p.pack_lazy_threshold, 0)?,
             show_route_failures: p.show_route_failures,
             connectivity_map: opt_string("connectivity_map", p.connectivity_map)?,
+            connectivity_check: p.connectivity_check,
+            connectivity_ack_timeout_ms: cc_ack as u32,
+            connectivity_retries: cc_retries as u32,
             provider,
             ack_delay_us: at_least("ack_delay", p.ack_delay, 0)? as u64,
             peer_timeout_ms: at_least("peer_timeout", p.peer_timeout, 100)? as u64,

@@ -192,9 +192,14 @@ fn connect(
         proc_: p,
         jobid,
         vpid,
-        host,
         remote_ipv4: e.ipv4,
         failed: std::cell::Cell::new(false),
+        connectivity: super::connectivity::edge::PathCheck::new(
+            (m.entry.ipv4, m.entry.cc_port, m.entry.data_mtu),
+            (e.ipv4, e.cc_port, e.data_mtu),
+            &host,
+        ),
+        host,
     }));
     let idx = peer.0 as usize;
     if st.peers.len() <= idx {

@@ -19,7 +19,9 @@ fn endpoint<'a>(m: &ModuleCell, ep: *mut sys::mca_btl_base_endpoint_t) -> Option
     let ep = m.state.borrow().check_endpoint(ep.cast::<Endpoint>())?;
     // SAFETY: found in the peer table, so live until del_procs/finalize, which the PML never
     // overlaps with sends to that peer.
-    Some(unsafe { &*ep }).filter(|e| e.module == m.index)
+    let e = Some(unsafe { &*ep }).filter(|e| e.module == m.index)?;
+    e.connectivity.request();
+    Some(e)
 }
 
 pub fn alloc(

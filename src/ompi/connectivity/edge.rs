@@ -1,0 +1,266 @@
+//! What the Open MPI edge calls: start at component init, a listener port per module for the
+//! modex, a [`PathCheck`] per endpoint (requested on its first send), stop at close. Open MPI
+//! facts come in as plain values (the launcher's environment for local rank and session dir).
+use std::cell::Cell;
+use std::io::Write;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::agent::{Agent, AgentConfig, Hooks};
+use super::client::Client;
+use super::ipc::Ping;
+use super::{render_help, Failure, SOCKET_NAME};
+use crate::ompi::log;
+
+/// The help texts as built, so the message never depends on where the file was installed.
+const HELP: &str = include_str!("../../../help-mpi-btl-usnic.txt");
+/// How long a process waits for local rank 0 to create the agent's socket.
+const CONNECT_WAIT: Duration = Duration::from_secs(10);
+const RULE: &str = "--------------------------------------------------------------------------";
+
+struct Checker {
+    /// Only in local rank 0.
+    agent: Option<Agent>,
+    client: Client,
+}
+
+static CHECKER: Mutex<Option<Checker>> = Mutex::new(None);
+
+fn checker() -> std::sync::MutexGuard<'static, Option<Checker>> {
+    CHECKER.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The settings the edge passes at init.
+pub struct Setup<'a> {
+    pub enabled: bool,
+    pub ack_timeout_ms: u32,
+    pub retries: u32,
+    pub hostname: &'a str,
+    pub jobid: u32,
+    /// `OMPI_COMM_WORLD_LOCAL_RANK`.
+    pub local_rank: Option<u32>,
+    /// A directory private to this job on this host, shared by its local processes.
+    pub session_dir: Option<PathBuf>,
+}
+
+impl Setup<'_> {
+    /// Local rank and session directory from what mpirun's launcher puts in the environment
+    /// (`OMPI_FILE_LOCATION` is the same directory for every local process of a job and names
+    /// the host, so hosts sharing /tmp do not collide).
+    pub fn from_env(mut self) -> Self {
+        self.local_rank = std::env::var("OMPI_COMM_WORLD_LOCAL_RANK")
+            .ok()
+            .and_then(|v| v.trim().parse().ok());
+        self.session_dir = std::env::var_os("OMPI_FILE_LOCATION").map(PathBuf::from);
+        self
+    }
+}
+
+/// Starts the agent (local rank 0) and connects this process to it. False: no checker (disabled,
+/// not launched by mpirun, or the agent unreachable, which is said once).
+pub fn start(s: Setup<'_>) -> bool {
+    if !s.enabled {
+        return false;
+    }
+    let (Some(rank), Some(dir)) = (s.local_rank, s.session_dir) else {
+        log::verbose(5, || {
+            "connectivity checker off: no local rank / session directory from the launcher"
+                .to_string()
+        });
+        return false;
+    };
+    let path = dir.join(format!("{SOCKET_NAME}.{}", s.jobid));
+    let agent = if rank == 0 {
+        let cfg = AgentConfig {
+            socket_path: path.clone(),
+            hostname: s.hostname.to_string(),
+            ack_timeout: Duration::from_millis(u64::from(s.ack_timeout_ms.max(1))),
+            retries: s.retries.max(1),
+            drop_large_probes: false,
+        };
+        match Agent::start(cfg, hooks()) {
+            Ok(a) => Some(a),
+            Err(e) => {
+                log::error(&format!(
+                    "cannot start the connectivity agent at {}: {e}; running without the \
+                     connectivity checker",
+                    path.display()
+                ));
+                return false;
+            }
+        }
+    } else {
+        None
+    };
+    match Client::connect(&path, CONNECT_WAIT) {
+        Ok(client) => {
+            *checker() = Some(Checker { agent, client });
+            true
+        }
+        Err(e) => {
+            log::error(&format!("{e}; running without the connectivity checker"));
+            false
+        }
+    }
+}
+
+/// The agent's UDP port for a module on `ipv4` (0 = no checker for it).
+pub fn listen(ipv4: Ipv4Addr, largest_datagram: u32) -> u16 {
+    let g = checker();
+    let Some(c) = g.as_ref() else { return 0 };
+    match c.client.listen(ipv4, largest_datagram) {
+        Ok(p) => p,
+        Err(e) => {
+            log::error(&format!(
+                "the connectivity agent cannot listen on {ipv4}: {e}; paths from it are not checked"
+            ));
+            0
+        }
+    }
+}
+
+/// Component close: disconnect, and stop the agent if it is ours.
+pub fn stop() {
+    let taken = checker().take();
+    if let Some(c) = taken {
+        drop(c.client);
+        if let Some(a) = c.agent {
+            a.stop();
+        }
+    }
+}
+
+/// One endpoint's path, checked once on its first send.
+pub struct PathCheck {
+    ping: Option<Ping>,
+    requested: Cell<bool>,
+}
+
+impl PathCheck {
+    /// `local`/`remote`: interface address, checker port (0 = none), largest datagram.
+    pub fn new(local: (Ipv4Addr, u16, u32), remote: (Ipv4Addr, u16, u32), host: &str) -> Self {
+        let ping = (local.1 != 0 && remote.1 != 0).then(|| Ping {
+            src_ipv4: local.0,
+            src_port: local.1,
+            dst_ipv4: remote.0,
+            dst_port: remote.1,
+            large_size: local.2.min(remote.2),
+            dst_host: host.to_string(),
+        });
+        PathCheck {
+            ping,
+            requested: Cell::new(false),
+        }
+    }
+
+    /// Cheap after the first call.
+    pub fn request(&self) {
+        if self.requested.replace(true) {
+            return;
+        }
+        let Some(p) = &self.ping else { return };
+        if let Some(c) = checker().as_ref() {
+            if let Err(e) = c.client.ping(p.clone()) {
+                log::verbose(5, || {
+                    format!("connectivity check of {} not requested: {e}", p.dst_ipv4)
+                });
+            }
+        }
+    }
+}
+
+/// The framed help message (as Open MPI's show_help frames it).
+pub fn message(f: &Failure) -> String {
+    let body = render_help(HELP, f.topic(), &f.params())
+        .unwrap_or_else(|| format!("{}: {:?}\n", f.topic(), f.params()));
+    let mut out = format!("{RULE}\n{body}{RULE}\n");
+    if let Some(e) = &f.send_error {
+        out.push_str(&format!("(last send error on this path: {e})\n"));
+    }
+    out
+}
+
+fn hooks() -> Hooks {
+    Hooks {
+        report: Box::new(|f| {
+            // One write so the lines of several processes do not interleave.
+            let _ = std::io::stderr().write_all(message(f).as_bytes());
+        }),
+        abort: Box::new(|| {
+            let _ = std::io::stderr()
+                .write_all(b"*** The Open MPI usnic BTL is aborting the MPI job (via exit(3)).\n");
+            // SAFETY: _exit ends the process at once without running atexit handlers, which could
+            // block on locks the MPI threads hold; stderr is unbuffered, so nothing is lost.
+            unsafe { libc::_exit(1) }
+        }),
+        log: Box::new(|level, m| {
+            if level == 0 {
+                log::error(m);
+            } else {
+                log::verbose(level, || m.to_string());
+            }
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_is_the_framed_topic_with_every_value() {
+        let f = Failure {
+            local_host: "h1".into(),
+            local_interface: "veth0".into(),
+            local_address: "10.77.0.1/24".into(),
+            remote_host: "h2".into(),
+            remote_address: Ipv4Addr::new(10, 77, 0, 2),
+            remote_port: 4000,
+            small_size: 40,
+            large_size: 1472,
+            small_ok: true,
+            large_ok: false,
+            send_error: Some("sending 1472 bytes to 10.77.0.2:4000: Message too long".into()),
+        };
+        let m = message(&f);
+        assert!(m.starts_with(&format!(
+            "{RULE}\nThe usnic connectivity checker found that small"
+        )));
+        for line in [
+            "  Local host:      h1\n",
+            "  Local interface: veth0 (10.77.0.1/24)\n",
+            "  Remote host:     h2\n",
+            "  Remote address:  10.77.0.2\n",
+            "  Small size:      40 bytes (got through)\n",
+            "  Large size:      1472 bytes (did not)\n",
+        ] {
+            assert!(m.contains(line), "{line:?} missing from\n{m}");
+        }
+        assert!(m.ends_with(&format!(
+            "{RULE}\n(last send error on this path: sending 1472 bytes to 10.77.0.2:4000: Message too long)\n"
+        )));
+        assert!(!m.contains('%'));
+    }
+
+    #[test]
+    fn a_path_without_ports_is_never_requested() {
+        let none = PathCheck::new(
+            (Ipv4Addr::LOCALHOST, 0, 1472),
+            (Ipv4Addr::LOCALHOST, 9, 1472),
+            "x",
+        );
+        assert!(none.ping.is_none());
+        let some = PathCheck::new(
+            (Ipv4Addr::new(10, 0, 0, 1), 7, 1472),
+            (Ipv4Addr::new(10, 0, 0, 2), 9, 1172),
+            "h2",
+        );
+        // The large probe is what the BTL sends on the path: the smaller end's datagram.
+        assert_eq!(some.ping.as_ref().unwrap().large_size, 1172);
+        // No checker running in this process: requesting is a no-op, and only the first counts.
+        some.request();
+        assert!(some.requested.get());
+    }
+}

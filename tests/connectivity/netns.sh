@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# The connectivity checker the way an admin meets it: MPI jobs over `--mca btl usnic,self` across
+# two netns-cluster.sh hosts (h1, h2; one rank each), with the freshly built plugin.
+#   (a) healthy: the job passes and the checker prints nothing (and, at btl_usnic_verbose 20,
+#       it did check the path);
+#   (b) UDP from h1 dropped inside h2 (nftables): the job exits non-zero within
+#       ack_timeout x retries (+ slack) with the exact "small bad, large bad" message;
+#   (c) the bridge port of h2 (the "switch port") at MTU 1200 while both hosts keep 1500:
+#       "small ok, large bad";
+#   (d) h2's own veth0 at MTU 1200: the BTL sends min(both MTUs), so the check passes silently;
+#   (e) two ranks per host, both sending across: one agent per host checks the path once;
+#   (f) btl_usnic_connectivity_check 0: no check at all (nothing logged even at verbosity 20).
+# Root only; when it cannot run it says why and fails. Ends with "N passed, N failed".
+set -u
+cd "$(dirname "$0")/../.."
+ROOT=$(pwd)
+NC=${NC:-/work/shared/tools/netns-cluster.sh}
+[ -x "$NC" ] || NC=$ROOT/../shared/tools/netns-cluster.sh
+export NC_NET=10.77.0
+ACK_MS=100
+RETRIES=10
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+PASS=0
+FAIL=0
+WORK=$(mktemp -d /tmp/usnic-cc-netns.XXXXXX)
+
+cannot() {
+    echo "connectivity/netns: cannot run: $*"
+    echo "0 passed, 1 failed"
+    exit 1
+}
+ok() { echo "PASS $*"; PASS=$((PASS + 1)); }
+ko() { echo "FAIL $*"; FAIL=$((FAIL + 1)); }
+
+[ "$(id -u)" -eq 0 ] || cannot "must be run as root (network namespaces, nftables)"
+[ -x "$NC" ] || cannot "netns-cluster.sh not found at $NC (set NC=...)"
+command -v mpirun >/dev/null || cannot "mpirun not found (openmpi-bin)"
+command -v mpicc >/dev/null || cannot "mpicc not found (libopenmpi-dev)"
+command -v nft >/dev/null || cannot "nft not found (nftables)"
+command -v python3 >/dev/null || cannot "python3 not found"
+
+cargo build --release --quiet || cannot "cargo build --release failed"
+mkdir -p "$WORK/components"
+ln -sf "$ROOT/target/release/libusnic_rs.so" "$WORK/components/mca_btl_usnic.so"
+mpicc -O2 -o "$WORK/ring" tests/connectivity/ring.c || cannot "mpicc ring.c failed"
+SYS=$(ompi_info --parsable --path pkglibdir | sed 's/^path:pkglibdir://')
+
+# One user of the cluster at a time (the lock tests/run-netns.sh takes too).
+exec 9>/run/lock/usnic-rs-netns.lock
+flock -w "${LOCK_WAIT:-1800}" 9 || cannot "another user held /run/lock/usnic-rs-netns.lock for ${LOCK_WAIT:-1800} s (LOCK_WAIT=...)"
+owned=0
+if [ ! -s /run/netns-cluster/hosts ] || [ "$(wc -l </run/netns-cluster/hosts)" -lt 2 ]; then
+    owned=1
+    "$NC" up 2 >"$WORK/up.log" 2>&1 || { cat "$WORK/up.log"; cannot "netns-cluster.sh up 2 failed"; }
+fi
+P2_MTU=$(ip -n ncbr -o link show p2 | sed -n 's/.* mtu \([0-9]*\).*/\1/p')
+V2_MTU=$(ip -n h2 -o link show veth0 | sed -n 's/.* mtu \([0-9]*\).*/\1/p')
+[ -n "$P2_MTU" ] && [ -n "$V2_MTU" ] || cannot "cluster has no h2 (p2/veth0 not found)"
+cleanup() {
+    ip netns exec h2 nft delete table inet usnicrs_cc 2>/dev/null
+    ip -n ncbr link set p2 mtu "$P2_MTU" 2>/dev/null
+    ip -n h2 link set veth0 mtu "$V2_MTU" 2>/dev/null
+    [ "$owned" = 1 ] && "$NC" down >/dev/null 2>&1
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+"$NC" status
+
+# run NAME [extra mpirun args...]: output in $WORK/NAME.log, status in RC, seconds in SECS,
+# and in MSG_AT the seconds from the start to the first line of a checker message (or "none").
+run() {
+    local name=$1
+    shift
+    local t0=$EPOCHREALTIME line
+    : >"$WORK/$name.log"
+    MSG_AT=none
+    "$NC" exec h1 timeout -k 5 90 mpirun -np "${NP:-2}" --host "${HOSTS:-h1,h2}" --bind-to none \
+        --mca plm_rsh_agent "$NC rsh-agent" --mca oob_tcp_if_include "$NC_NET.0/24" \
+        --mca mca_base_component_path "$SYS:$WORK/components" \
+        --mca pml ob1 --mca btl usnic,self --mca btl_usnic_if_include "$NC_NET.0/24" \
+        --mca btl_usnic_connectivity_ack_timeout $ACK_MS \
+        --mca btl_usnic_connectivity_error_num_retries $RETRIES \
+        "$@" "$WORK/ring" 2>&1 | {
+        while IFS= read -r line; do
+            printf '%s\n' "$line" >>"$WORK/$name.log"
+            if [ "$MSG_AT" = none ] && [[ "$line" == *"Local host:"* ]]; then
+                MSG_AT=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN{printf "%.1f", b-a}')
+                echo "$MSG_AT" >"$WORK/$name.msg_at"
+            fi
+        done
+    }
+    RC=${PIPESTATUS[0]}
+    SECS=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN{printf "%.1f", b-a}')
+    MSG_AT=$(cat "$WORK/$name.msg_at" 2>/dev/null || echo none)
+    echo "--- $name: rc=$RC ${SECS}s, first checker message at: $MSG_AT"
+    sed 's/^/    | /' "$WORK/$name.log" | head -40
+}
+
+# expect_block LOG TOPIC LOCAL_HOST LOCAL_ADDR REMOTE_HOST REMOTE_ADDR LARGE: the rendered help
+# topic, framed, appears verbatim (contiguous) in LOG.
+expect_block() {
+    python3 - "$@" <<'PY'
+import sys, re
+log, topic, lh, la, rh, ra, large = sys.argv[1:8]
+help_text = open("help-mpi-btl-usnic.txt").read()
+m = re.search(r"^\[" + re.escape(topic) + r"\]\n(.*?)^[#\[]", help_text, re.S | re.M)
+if not m:
+    sys.exit("topic %r missing from help-mpi-btl-usnic.txt" % topic)
+vals = iter([lh, "veth0", la, rh, ra, "40", large])
+body = re.sub(r"%[sd]", lambda _: next(vals), m.group(1))
+rule = "-" * 74
+want = rule + "\n" + body + rule + "\n"
+out = open(log).read()
+if want not in out:
+    sys.stderr.write("expected block not found:\n" + want)
+    sys.exit(1)
+PY
+}
+quiet() { ! grep -qiE "connectivity|aborting" "$WORK/$1.log"; }
+
+# (a) healthy
+run healthy
+if [ $RC -eq 0 ] && grep -q "^PASS ring np=2" "$WORK/healthy.log" && quiet healthy; then
+    ok "(a) healthy job passes, nothing printed (${SECS}s)"
+else
+    ko "(a) healthy job: rc=$RC or unexpected output (log above)"
+fi
+BASE=$SECS
+run healthy-verbose --mca btl_usnic_verbose 20
+if [ $RC -eq 0 ] && grep -q "usnic connectivity GOOD between h1 veth0 10.77.0.1 and h2 10.77.0.2 (sizes 40 and 1472" "$WORK/healthy-verbose.log" &&
+    grep -q "usnic connectivity GOOD between h2 veth0 10.77.0.2 and h1 10.77.0.1 (sizes 40 and 1472" "$WORK/healthy-verbose.log"; then
+    ok "(a) at verbosity 20 both agents report the path GOOD (so (a) really checked)"
+else
+    ko "(a) verbose: the GOOD lines are missing (rc=$RC)"
+fi
+
+# (b) UDP from h1 dropped inside h2
+ip netns exec h2 nft -f - <<'NFT' || cannot "nft rule in h2 failed"
+table inet usnicrs_cc {
+    chain input {
+        type filter hook input priority 0; policy accept;
+        ip saddr 10.77.0.1 meta l4proto udp drop
+    }
+}
+NFT
+run udp-blocked
+ip netns exec h2 nft delete table inet usnicrs_cc
+# The message within launch time (the healthy job's whole run) + ack_timeout x retries + 2 s;
+# the job gone within 10 s more (mpirun's own teardown).
+msg_limit=$(awk -v b="$BASE" -v a=$ACK_MS -v r=$RETRIES 'BEGIN{printf "%.1f", b + a * r / 1000 + 2}')
+end_limit=$(awk -v m="$msg_limit" 'BEGIN{printf "%.1f", m + 10}')
+within() { [ "$1" != none ] && awk -v s="$1" -v l="$2" 'BEGIN{exit !(s <= l)}'; }
+if [ $RC -ne 0 ] && within "$MSG_AT" "$msg_limit" && within "$SECS" "$end_limit"; then
+    ok "(b) blocked UDP: message at ${MSG_AT}s <= ${msg_limit}s (healthy run ${BASE}s + ${ACK_MS}ms x $RETRIES + 2s), job ended rc=$RC at ${SECS}s <= ${end_limit}s"
+else
+    ko "(b) blocked UDP: rc=$RC, message at ${MSG_AT}s (limit ${msg_limit}s), end at ${SECS}s (limit ${end_limit}s)"
+fi
+if expect_block "$WORK/udp-blocked.log" "connectivity error: small bad, large bad" h1 10.77.0.1/24 h2 10.77.0.2 1472 ||
+    expect_block "$WORK/udp-blocked.log" "connectivity error: small bad, large bad" h2 10.77.0.2/24 h1 10.77.0.1 1472; then
+    ok "(b) blocked UDP: exact 'small bad, large bad' message naming both hosts and addresses"
+else
+    ko "(b) blocked UDP: message missing or different"
+fi
+grep -q "aborting the MPI job" "$WORK/udp-blocked.log" && ok "(b) abort line printed" || ko "(b) abort line missing"
+
+# (c) the switch port of h2 at a smaller MTU than both hosts
+ip -n ncbr link set p2 mtu 1200 || cannot "cannot set p2 mtu"
+run small-switch-mtu
+ip -n ncbr link set p2 mtu "$P2_MTU"
+if [ $RC -ne 0 ] && within "$MSG_AT" "$msg_limit" && { expect_block "$WORK/small-switch-mtu.log" "connectivity error: small ok, large bad" h1 10.77.0.1/24 h2 10.77.0.2 1472 ||
+    expect_block "$WORK/small-switch-mtu.log" "connectivity error: small ok, large bad" h2 10.77.0.2/24 h1 10.77.0.1 1472; }; then
+    ok "(c) switch port MTU 1200: rc=$RC, exact 'small ok, large bad' message at ${MSG_AT}s <= ${msg_limit}s"
+else
+    ko "(c) switch port MTU 1200: rc=$RC, message at ${MSG_AT}s (limit ${msg_limit}s) or not the expected one"
+fi
+
+# (d) h2's own interface at MTU 1200: both ends agree on 1172-byte datagrams
+ip -n h2 link set veth0 mtu 1200 || cannot "cannot set h2 veth0 mtu"
+run small-host-mtu --mca btl_usnic_verbose 20
+ip -n h2 link set veth0 mtu "$V2_MTU"
+if [ $RC -eq 0 ] && grep -q "^PASS ring np=2" "$WORK/small-host-mtu.log" &&
+    grep -q "usnic connectivity GOOD between h1 veth0 10.77.0.1 and h2 10.77.0.2 (sizes 40 and 1172" "$WORK/small-host-mtu.log"; then
+    ok "(d) h2 MTU 1200: job passes, path checked with 1172-byte probes"
+else
+    ko "(d) h2 MTU 1200: rc=$RC or GOOD line with size 1172 missing"
+fi
+
+# (e) 2 ranks per host (--map-by node: ranks 0,2 on h1 and 1,3 on h2; pairs 0-1 and 2-3 cross)
+NP=4 HOSTS=h1:2,h2:2 run two-per-host --map-by node --mca mpi_yield_when_idle 1 --mca btl_usnic_verbose 20
+n12=$(grep -c "usnic connectivity GOOD between h1 veth0 10.77.0.1 and h2 10.77.0.2 " "$WORK/two-per-host.log")
+n21=$(grep -c "usnic connectivity GOOD between h2 veth0 10.77.0.2 and h1 10.77.0.1 " "$WORK/two-per-host.log")
+if [ $RC -eq 0 ] && grep -q "^PASS ring np=4" "$WORK/two-per-host.log" && [ "$n12" = 1 ] && [ "$n21" = 1 ]; then
+    ok "(e) 2 ranks per host: job passes, each host's agent checked the path exactly once"
+else
+    ko "(e) 2 ranks per host: rc=$RC, GOOD lines h1->h2 $n12, h2->h1 $n21 (want 1 and 1)"
+fi
+
+# (f) checker off
+run check-off --mca btl_usnic_connectivity_check 0 --mca btl_usnic_verbose 20
+if [ $RC -eq 0 ] && grep -q "^PASS ring np=2" "$WORK/check-off.log" && ! grep -q "connectivity" "$WORK/check-off.log"; then
+    ok "(f) connectivity_check 0: job passes, no checker activity at verbosity 20"
+else
+    ko "(f) connectivity_check 0: rc=$RC or checker output present"
+fi
+
+echo "$PASS passed, $FAIL failed"
+[ "$FAIL" -eq 0 ]
