@@ -99,6 +99,7 @@ step mpi tests/run-mpi.sh
 step suite env SUITE_QUICK=1 tests/suite/mpi4py.sh
 step netns tests/run-netns.sh
 step connectivity tests/connectivity/netns.sh
+step deadpeer tests/deadpeer.sh
 
 echo
 echo "=== summary (logs in $logdir)"
