@@ -88,7 +88,10 @@ fn to_b(p: &mut Pair, dgs: &[Vec<u8>]) -> AtB {
     let mut r = AtB::default();
     for d in dgs {
         match p.b.handle_datagram(p.t(), Channel::Data, d) {
-            RxOutcome::Deliver { payload, .. } => r.delivered.push(d[payload].to_vec()),
+            RxOutcome::Deliver { peer, payload, .. } => {
+                assert_eq!(peer, p.ba);
+                r.delivered.push(d[payload].to_vec())
+            }
             RxOutcome::Write { .. } => r.writes += 1,
             _ => {}
         }
