@@ -266,10 +266,11 @@ fn sequence_wrap_inside_a_long_fragment_reassembled_in_reverse() {
         .unwrap();
     let d = tx(&mut p.a, us(0), Channel::Data);
     assert!(d.len() > 20);
-    let seqs: Vec<u16> = d.iter().map(|x| hdr(x).seq).collect();
+    let seqs: Vec<u32> = d.iter().map(|x| hdr(x).seq).collect();
     assert_eq!(seqs[0], 65_530);
+    // Extended numbers (wire v2): the 16-bit number wraps to 0 in epoch 1.
     assert!(
-        seqs.contains(&65_535) && seqs.contains(&0),
+        seqs.contains(&65_535) && seqs.contains(&65_536) && !seqs.contains(&0),
         "wraps: {seqs:?}"
     );
     for x in d.iter().rev() {
@@ -704,6 +705,8 @@ fn get_answered_with_wrong_length_is_refused() {
     };
     p.b.answer_get(us(11), p.ba, req, Ok(vec![1; 9]));
     p.b.answer_get(us(11), p.ba, req, Ok(vec![1; 10])); // a second answer is ignored
+    assert_eq!(p.b.stats().refused_gets, 1, "counted on the target");
+    assert_eq!(p.a.stats().refused_gets, 0);
     let d = tx(&mut p.b, us(11), Channel::Data);
     assert_eq!(d.len(), 1);
     assert_eq!(hdr(&d[0]).kind, Kind::GetRefuse);
@@ -719,6 +722,18 @@ fn get_answered_with_wrong_length_is_refused() {
             result: Err(Failure::RemoteRefused)
         }]
     );
+    // The edge refusing outright (region not registered) is counted the same way.
+    p.a.submit_get(us(30), p.ab, 1, 0, 2, 0, 10, Cookie(6))
+        .unwrap();
+    for d in tx(&mut p.a, us(30), Channel::Data) {
+        p.b.handle_datagram(us(40), Channel::Data, &d);
+    }
+    let req = match events(&mut p.b).as_slice() {
+        [Event::GetRequest { request, .. }] => *request,
+        e => panic!("{e:?}"),
+    };
+    p.b.answer_get(us(41), p.ba, req, Err(()));
+    assert_eq!(p.b.stats().refused_gets, 2);
 }
 
 #[test]
@@ -734,7 +749,8 @@ fn config_errors_name_the_field() {
     };
     assert!(Engine::new(bad).unwrap_err().0.contains("data_mtu"));
     let e = Engine::new(Config::default()).unwrap();
-    assert_eq!((e.max_frag_payload(), e.max_tiny_payload()), (1440, 736));
+    // MTU minus the 40-byte v2 base header.
+    assert_eq!((e.max_frag_payload(), e.max_tiny_payload()), (1432, 728));
 }
 
 #[test]

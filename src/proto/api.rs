@@ -261,6 +261,9 @@ pub struct Stats {
     pub bad_chunk_recvs: u64,
     /// `refuse_write` calls.
     pub refused_writes: u64,
+    /// GET requests this engine (as the target) refused: `answer_get` with an error, or with
+    /// data of the wrong length.
+    pub refused_gets: u64,
     /// Acknowledgement informations processed (standalone or piggy-backed).
     pub ack_recvs: u64,
     /// ...of which acknowledged nothing new while data was outstanding.

@@ -7,7 +7,6 @@ use super::chunk::Reassembler;
 use super::fragment::OpSlab;
 use super::hotel::Hotel;
 use super::rtt::Rtt;
-use super::seq::Seq;
 use super::window::{RecvWindow, SendWindow};
 
 /// A GET issued by this side, waiting for its reply.
@@ -24,7 +23,8 @@ pub struct PendingGet {
 /// receive window: a refusal of it may still be on its way.
 #[derive(Clone, Debug)]
 pub struct HeldPut {
-    pub barrier: Seq,
+    /// Extended sequence number (our receive direction) the window must reach.
+    pub barrier: u32,
     pub id: u32,
     pub cookie: Cookie,
 }

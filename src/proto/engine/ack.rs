@@ -10,7 +10,8 @@
 use super::{finish_op, Engine};
 use crate::proto::api::*;
 use crate::proto::peer::{HeldPut, Peer};
-use crate::proto::seq::Seq;
+use crate::proto::seq::{Seq, MAX_WINDOW};
+use crate::proto::window::recv::ext_diff;
 use crate::proto::window::{SegRec, SegState};
 use crate::proto::wire::AckInfo;
 use std::collections::VecDeque;
@@ -20,14 +21,23 @@ impl Engine {
         self.stats.ack_recvs += 1;
         let peer = PeerId(pid);
         let p = self.peers[pid as usize].as_mut().expect("live");
-        let cum_next = Seq(ack.cum).plus(1);
-        let barrier = Seq(ack.snd_next);
-        let d = cum_next.diff(p.sw.una);
-        if d < 0 || d as u16 > p.sw.in_flight() {
+        // Extended values (wire v2): an ACK replayed after the 16-bit space wrapped is a
+        // multiple of 65536 away from anything in flight, so it fails these checks instead
+        // of acknowledging segments that may never have arrived.
+        let d = ext_diff(ack.cum.wrapping_add(1), p.sw.una_ext());
+        if d < 0 || d > p.sw.in_flight() as i32 {
             // Older than what we know, or acknowledging what was never sent.
             self.stats.old_acks += 1;
             return;
         }
+        // No genuine sender is more than a window ahead of what we have received (it only
+        // sends what our acknowledgements let into its window): a forgery.
+        if ext_diff(ack.snd_next, p.rw.next()) > MAX_WINDOW as i32 {
+            self.stats.old_acks += 1;
+            return;
+        }
+        let cum_next = Seq(ack.cum as u16).plus(1);
+        let barrier = ack.snd_next;
         let mut progress = d > 0;
         for _ in 0..d {
             let s = p.sw.una;
@@ -97,7 +107,7 @@ fn delivered(
     peer: PeerId,
     rec: &SegRec,
     now: Instant,
-    barrier: Seq,
+    barrier: u32,
     events: &mut VecDeque<Event>,
 ) {
     let rtt = now.0.saturating_sub(rec.sent_at.0);
@@ -128,7 +138,7 @@ fn delivered(
             let op = p.ops.remove(rec.op).expect("present");
             if matches!(op.kind, crate::proto::fragment::OpKind::Put { .. }) {
                 p.puts.remove(&id);
-                if !op.reported && p.rw.next().diff(barrier) < 0 {
+                if !op.reported && ext_diff(p.rw.next(), barrier) < 0 {
                     // The peer may have refused it in a segment we have not received yet.
                     p.held_puts.push(HeldPut {
                         barrier,

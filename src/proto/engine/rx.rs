@@ -2,6 +2,7 @@
 
 use super::{Engine, LastWrite};
 use crate::proto::api::*;
+use crate::proto::window::recv::ext_diff;
 use crate::proto::window::Accept;
 use crate::proto::wire::{self, Kind};
 
@@ -228,7 +229,7 @@ impl Engine {
         let next = p.rw.next();
         let events = &mut self.events;
         p.held_puts.retain(|h| {
-            if next.diff(h.barrier) >= 0 {
+            if ext_diff(next, h.barrier) >= 0 {
                 events.push_back(Event::PutComplete {
                     peer: PeerId(pid),
                     cookie: h.cookie,

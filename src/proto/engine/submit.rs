@@ -176,7 +176,10 @@ impl Engine {
             Ok(d) if d.len() as u64 == len => {
                 Self::new_op(OpKind::GetReply, d, len as u32, request, Cookie(0))
             }
-            _ => Self::new_op(OpKind::GetRefuse, Vec::new(), 0, request, Cookie(0)),
+            _ => {
+                self.stats.refused_gets += 1;
+                Self::new_op(OpKind::GetRefuse, Vec::new(), 0, request, Cookie(0))
+            }
         };
         self.enqueue(now, peer.0, op, false);
     }

@@ -231,7 +231,7 @@ fn ack_info(p: &Peer) -> AckInfo {
     AckInfo {
         cum: p.rw.cum(),
         sack: p.rw.sack_word(0) as u32,
-        snd_next: p.sw.next.0,
+        snd_next: p.sw.next_ext,
     }
 }
 
@@ -250,7 +250,7 @@ fn emit_segment(
         .get(rec.op)
         .expect("segment's op lives until acknowledged");
     let mut h = Header::new(op.wire_kind());
-    h.seq = seq.0;
+    h.seq = p.sw.ext(seq);
     h.src = local_id;
     h.key = p.info.remote_key;
     h.payload_len = rec.len as u16;

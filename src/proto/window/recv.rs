@@ -1,10 +1,21 @@
 //! Receive window: accepts each segment inside a 4096-segment window exactly once, in any
 //! order, and produces the cumulative and selective acknowledgement.
+//!
+//! It works on extended 32-bit sequence numbers (epoch << 16 | 16-bit number, wire v2): a
+//! datagram replayed after the 16-bit space wrapped is 65536·k below the window and
+//! rejected as `Low`, where a 16-bit comparison would have taken it for a fresh segment.
 
-use crate::proto::seq::{Seq, MAX_WINDOW};
+use crate::proto::seq::MAX_WINDOW;
 
 const WORDS: usize = MAX_WINDOW as usize / 64;
-const MASK: u16 = MAX_WINDOW - 1;
+const MASK: u32 = MAX_WINDOW as u32 - 1;
+const WIN: i32 = MAX_WINDOW as i32;
+
+/// `a - b` on extended sequence numbers (meaningful while less than 2^31 apart).
+#[inline]
+pub fn ext_diff(a: u32, b: u32) -> i32 {
+    a.wrapping_sub(b) as i32
+}
 
 /// What the window decided about one arriving sequence number.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -24,41 +35,43 @@ pub enum Accept {
 
 #[derive(Clone, Debug)]
 pub struct RecvWindow {
-    /// Next segment expected in order; everything before it was received.
-    next: Seq,
-    /// One past the highest segment received.
-    high: Seq,
+    /// Next segment expected in order (extended); everything before it was received.
+    next: u32,
+    /// One past the highest segment received (extended).
+    high: u32,
     /// Bit `seq & 4095` set: received (only for seqs in (next, next + 4096)).
     bits: [u64; WORDS],
 }
 
 impl RecvWindow {
+    /// The peer's first segment is `isn` in epoch 0.
     pub fn new(isn: u16) -> RecvWindow {
         RecvWindow {
-            next: Seq(isn),
-            high: Seq(isn),
+            next: isn as u32,
+            high: isn as u32,
             bits: [0; WORDS],
         }
     }
 
-    pub fn next(&self) -> Seq {
+    /// Next extended sequence number expected in order.
+    pub fn next(&self) -> u32 {
         self.next
     }
 
-    /// Cumulative ACK value: the last segment received in order.
-    pub fn cum(&self) -> u16 {
-        self.next.minus(1).0
+    /// Cumulative ACK value (extended): the last segment received in order.
+    pub fn cum(&self) -> u32 {
+        self.next.wrapping_sub(1)
     }
 
     #[inline]
-    fn get(&self, s: Seq) -> bool {
-        let i = (s.0 & MASK) as usize;
+    fn get(&self, s: u32) -> bool {
+        let i = (s & MASK) as usize;
         self.bits[i / 64] & (1 << (i % 64)) != 0
     }
 
     #[inline]
-    fn set(&mut self, s: Seq, v: bool) {
-        let i = (s.0 & MASK) as usize;
+    fn set(&mut self, s: u32, v: bool) {
+        let i = (s & MASK) as usize;
         if v {
             self.bits[i / 64] |= 1 << (i % 64);
         } else {
@@ -66,32 +79,33 @@ impl RecvWindow {
         }
     }
 
-    pub fn accept(&mut self, seq: u16) -> Accept {
-        let s = Seq(seq);
-        let d = s.diff(self.next);
+    /// Classifies the extended sequence number `s` and marks it received if new.
+    pub fn accept(&mut self, s: u32) -> Accept {
+        let d = ext_diff(s, self.next);
         if d < 0 {
-            return if d >= -(MAX_WINDOW as i16) {
+            return if d >= -WIN {
                 Accept::Duplicate
             } else {
                 Accept::Low
             };
         }
-        if d >= MAX_WINDOW as i16 {
+        if d >= WIN {
             return Accept::High;
         }
         if self.get(s) {
             return Accept::Duplicate;
         }
-        let new_hole = s.diff(self.high) > 0;
-        let fills_gap = s.diff(self.high) < -1;
-        if s.diff(self.high) >= 0 {
-            self.high = s.plus(1);
+        let dh = ext_diff(s, self.high);
+        let new_hole = dh > 0;
+        let fills_gap = dh < -1;
+        if dh >= 0 {
+            self.high = s.wrapping_add(1);
         }
         if d == 0 {
-            self.next = self.next.plus(1);
+            self.next = self.next.wrapping_add(1);
             while self.get(self.next) {
                 self.set(self.next, false);
-                self.next = self.next.plus(1);
+                self.next = self.next.wrapping_add(1);
             }
         } else {
             self.set(s, true);
@@ -105,7 +119,7 @@ impl RecvWindow {
     /// Number of selective-ACK bits worth sending: positions up to the highest arrival.
     pub fn sack_span(&self) -> usize {
         // bit i <-> seq next + 1 + i; the highest arrival is high - 1.
-        (self.high.since(self.next) as usize).saturating_sub(1)
+        (self.high.wrapping_sub(self.next) as usize).saturating_sub(1)
     }
 
     /// 64 selective-ACK bits starting at bit `k` (bit i <-> seq `next + 1 + k + i`).
@@ -114,7 +128,7 @@ impl RecvWindow {
         if k >= limit {
             return 0;
         }
-        let p = (self.next.0 as usize + 1 + k) & MASK as usize;
+        let p = (self.next as usize + 1 + k) & MASK as usize;
         let (w, b) = (p / 64, p % 64);
         let mut v = self.bits[w] >> b;
         if b != 0 {
@@ -143,6 +157,7 @@ mod tests {
             x
         };
         for isn in [0u16, 65000, 65535, 1234] {
+            // 40 000 steps of up to 4096 sweep the window through many 16-bit wraps.
             let mut w = RecvWindow::new(isn);
             // Oracle over unwrapped integers.
             let mut got: BTreeSet<i64> = BTreeSet::new();
@@ -150,7 +165,7 @@ mod tests {
             for it in 0..40_000 {
                 let off = (rnd() % 4600) as i64 - 4300 + (rnd() % 4096) as i64;
                 let s = next + off;
-                let r = w.accept((s.rem_euclid(65536)) as u16);
+                let r = w.accept(s.rem_euclid(1 << 32) as u32);
                 let expect = if off < -4096 {
                     Accept::Low
                 } else if off < 0 {
@@ -178,7 +193,7 @@ mod tests {
                     }
                 };
                 assert_eq!(r, expect);
-                assert_eq!(w.cum(), ((next - 1).rem_euclid(65536)) as u16);
+                assert_eq!(w.cum(), (next - 1).rem_euclid(1 << 32) as u32);
                 if it % 37 != 0 {
                     continue;
                 }
@@ -194,5 +209,27 @@ mod tests {
                 assert_eq!(w.sack_span(), span);
             }
         }
+    }
+
+    /// Every segment of an earlier epoch (one or more 16-bit wraps ago), whatever its 16-bit
+    /// number, is refused once the window has moved past it; so is one from a later epoch.
+    #[test]
+    fn other_epochs_are_out_of_window() {
+        let mut w = RecvWindow::new(65000);
+        for s in 65000..65000 + 3 * 65536 + 100 {
+            assert!(matches!(w.accept(s), Accept::New { .. }));
+        }
+        let next = w.next();
+        assert_eq!(next, 65000 + 3 * 65536 + 100);
+        for k in 1..=3u32 {
+            for off in [0u32, 1, 17, 4095, 4096, 30000] {
+                let replay = next.wrapping_add(off).wrapping_sub(k << 16);
+                assert_eq!(w.accept(replay), Accept::Low, "k {k} off {off}");
+                let future = next.wrapping_add(off).wrapping_add(k << 16);
+                assert_eq!(w.accept(future), Accept::High, "k {k} off {off}");
+            }
+        }
+        assert_eq!(w.next(), next);
+        assert!(matches!(w.accept(next), Accept::New { .. }));
     }
 }

@@ -59,6 +59,10 @@ pub struct SendWindow {
     pub una: Seq,
     /// Next sequence number to assign.
     pub next: Seq,
+    /// `next` extended with its epoch (wire v2): how many times the 16-bit space wrapped,
+    /// in the high 16 bits. Every segment in flight is less than a window below it, so its
+    /// extended number follows from its 16-bit one (`ext`).
+    pub next_ext: u32,
     window: u16,
     mask: u16,
     ring: Vec<SegRec>,
@@ -70,6 +74,7 @@ impl SendWindow {
         SendWindow {
             una: Seq(isn),
             next: Seq(isn),
+            next_ext: isn as u32,
             window,
             mask: (cap - 1) as u16,
             ring: vec![SegRec::EMPTY; cap],
@@ -94,7 +99,19 @@ impl SendWindow {
         let s = self.next;
         self.ring[(s.0 & self.mask) as usize] = rec;
         self.next = s.plus(1);
+        self.next_ext = self.next_ext.wrapping_add(1);
         s
+    }
+
+    /// Extended number of `s`, which must be in flight or `next` (at most a window below
+    /// `next`).
+    pub fn ext(&self, s: Seq) -> u32 {
+        self.next_ext.wrapping_sub(self.next.since(s) as u32)
+    }
+
+    /// Extended number of the oldest unacknowledged segment.
+    pub fn una_ext(&self) -> u32 {
+        self.ext(self.una)
     }
 
     pub fn get(&self, s: Seq) -> &SegRec {
@@ -156,6 +173,8 @@ mod tests {
                     assert_eq!(w.get(Seq(s)).op, op);
                 }
                 assert!(!w.contains(w.next));
+                assert_eq!(w.next_ext as u16, w.next.0);
+                assert_eq!(w.una_ext(), w.next_ext - w.in_flight() as u32);
                 assert!(!w.contains(w.una.minus(1)));
             }
         }

@@ -11,12 +11,17 @@ pub const OFF_KEY: usize = 16;
 pub const OFF_PAYLOAD_LEN: usize = 24;
 pub const OFF_SND_NEXT: usize = 26;
 pub const OFF_SACK: usize = 28;
-pub const OFF_ID: usize = 32;
-pub const OFF_TOTAL: usize = 36;
-pub const OFF_OFFSET: usize = 40;
-pub const OFF_RESERVED1: usize = 44;
-pub const OFF_REGION: usize = 48;
-pub const OFF_REGION_OFFSET: usize = 56;
+/// High 16 bits of the extended (32-bit) `seq`, `ack` and `snd_next` (version 2).
+pub const OFF_SEQ_EPOCH: usize = 32;
+pub const OFF_ACK_EPOCH: usize = 34;
+pub const OFF_SND_NEXT_EPOCH: usize = 36;
+pub const OFF_RESERVED0: usize = 38;
+pub const OFF_ID: usize = 40;
+pub const OFF_TOTAL: usize = 44;
+pub const OFF_OFFSET: usize = 48;
+pub const OFF_RESERVED1: usize = 52;
+pub const OFF_REGION: usize = 56;
+pub const OFF_REGION_OFFSET: usize = 64;
 
 /// Flags bit 0: the `ack`/`sack` fields carry acknowledgement information.
 pub const FLAG_ACK: u8 = 1;

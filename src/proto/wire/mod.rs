@@ -1,22 +1,30 @@
 //! The versioned little-endian wire format (documented byte by byte in `docs/wire.md`).
 //!
-//! Every datagram starts with a 32-byte base header; sequenced kinds other than `Frag` add a
+//! Every datagram starts with a 40-byte base header; sequenced kinds other than `Frag` add a
 //! 16-byte message extension (id, total, offset) and the two region kinds a further 16 bytes
 //! (region, region offset). `parse` validates every field against the datagram's length and
 //! the kind's rules and never panics; `Header::emit` is its exact inverse.
+//!
+//! Sequence numbers, cumulative ACKs and `snd_next` are 32-bit *extended* values in `Header`:
+//! the low 16 bits travel where version 1 had them, the high 16 bits (the epoch: how often
+//! the 16-bit space has wrapped) in the base header's bytes 32..38. A datagram replayed one
+//! or more wraps later thus carries an extended value 65536·k away from the live one and is
+//! rejected by the windows instead of being taken for a fresh segment or ACK.
 
 mod field;
 
 pub use field::*;
 
 /// Wire format version written in byte 0 of every datagram.
-pub const VERSION: u8 = 1;
+/// Version 1 (16-bit sequence space without epochs) is rejected: its replays after a wrap
+/// are indistinguishable from fresh segments, and its header is 8 bytes shorter.
+pub const VERSION: u8 = 2;
 /// Base header length (every datagram).
-pub const BASE_LEN: usize = 32;
+pub const BASE_LEN: usize = 40;
 /// Base header + message extension (Chunk, GetReply, PutRefuse, GetRefuse).
-pub const MSG_LEN: usize = 48;
+pub const MSG_LEN: usize = 56;
 /// Base header + message extension + region extension (Put, GetReq).
-pub const REGION_LEN: usize = 64;
+pub const REGION_LEN: usize = 72;
 /// Largest chunked fragment a receiver reassembles (bounce memory allocated per fragment).
 pub const MAX_REASSEMBLY: u32 = 1 << 26;
 /// Extra SACK bitmap bytes an ACK may carry after its header (4096-bit window minus the 32
@@ -71,17 +79,18 @@ impl Kind {
 }
 
 /// Acknowledgement information: cumulative ACK plus the first 32 selective-ACK bits.
+/// `cum` and `snd_next` are extended (epoch in the high 16 bits).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct AckInfo {
     /// Every segment up to and including `cum` has been received.
-    pub cum: u16,
+    pub cum: u32,
     /// Bit i set: segment `cum + 2 + i` has been received (`cum + 1` is missing by definition).
     pub sack: u32,
     /// The sender's next sequence number when it wrote this acknowledgement: every segment
     /// it had sent (or reserved) by then is below. Acknowledgements are only final for an
     /// emulated PUT once the receiver of this ACK has received everything below it (a
     /// refusal may be among them).
-    pub snd_next: u16,
+    pub snd_next: u32,
 }
 
 /// A parsed (or to-be-emitted) header.
@@ -90,8 +99,8 @@ pub struct Header {
     pub kind: Kind,
     /// PML tag (Frag and Chunk only; zero otherwise).
     pub tag: u8,
-    /// Sequence number (zero for Ack).
-    pub seq: u16,
+    /// Extended sequence number: epoch << 16 | 16-bit sequence number (zero for Ack).
+    pub seq: u32,
     pub ack: Option<AckInfo>,
     /// Sender's module identity.
     pub src: u64,
@@ -155,14 +164,15 @@ impl Header {
         b[OFF_KIND] = self.kind as u8;
         b[OFF_FLAGS] = if self.ack.is_some() { FLAG_ACK } else { 0 };
         b[OFF_TAG] = self.tag;
-        put16(b, OFF_SEQ, self.seq);
         let ack = self.ack.unwrap_or_default();
-        put16(b, OFF_ACK, ack.cum);
+        put_split(b, OFF_SEQ, OFF_SEQ_EPOCH, self.seq);
+        put_split(b, OFF_ACK, OFF_ACK_EPOCH, ack.cum);
         put64(b, OFF_SRC, self.src);
         put64(b, OFF_KEY, self.key);
         put16(b, OFF_PAYLOAD_LEN, self.payload_len);
-        put16(b, OFF_SND_NEXT, ack.snd_next);
+        put_split(b, OFF_SND_NEXT, OFF_SND_NEXT_EPOCH, ack.snd_next);
         put32(b, OFF_SACK, ack.sack);
+        put16(b, OFF_RESERVED0, 0);
         if n >= MSG_LEN {
             put32(b, OFF_ID, self.id);
             put32(b, OFF_TOTAL, self.total);
@@ -197,10 +207,13 @@ pub fn parse(dg: &[u8]) -> Result<(Header, core::ops::Range<usize>), ParseError>
     }
     let mut h = Header::new(kind);
     h.tag = dg[OFF_TAG];
-    h.seq = get16(dg, OFF_SEQ);
-    let cum = get16(dg, OFF_ACK);
+    h.seq = get_split(dg, OFF_SEQ, OFF_SEQ_EPOCH);
+    let cum = get_split(dg, OFF_ACK, OFF_ACK_EPOCH);
     let sack = get32(dg, OFF_SACK);
-    let snd_next = get16(dg, OFF_SND_NEXT);
+    let snd_next = get_split(dg, OFF_SND_NEXT, OFF_SND_NEXT_EPOCH);
+    if get16(dg, OFF_RESERVED0) != 0 {
+        return Err(ParseError::Reserved);
+    }
     h.ack = if flags & FLAG_ACK != 0 {
         Some(AckInfo {
             cum,
@@ -260,7 +273,8 @@ fn validate(h: &Header) -> Result<(), ParseError> {
                 && h.offset == 0
                 && h.region_offset.checked_add(h.total as u64).is_some()
         }
-        Kind::GetReply => h.tag == 0 && h.id != 0 && in_bounds(h),
+        // Same limit as Chunk: no GET larger than one reassembly exists to be answered.
+        Kind::GetReply => h.tag == 0 && h.id != 0 && h.total <= MAX_REASSEMBLY && in_bounds(h),
         Kind::PutRefuse | Kind::GetRefuse => {
             h.tag == 0 && h.id != 0 && plen == 0 && h.total == 0 && h.offset == 0
         }
@@ -270,6 +284,16 @@ fn validate(h: &Header) -> Result<(), ParseError> {
     } else {
         Err(ParseError::Field)
     }
+}
+
+/// An extended 32-bit value stored as its low half at `lo` and its epoch at `hi`.
+fn put_split(b: &mut [u8], lo: usize, hi: usize, v: u32) {
+    put16(b, lo, v as u16);
+    put16(b, hi, (v >> 16) as u16);
+}
+
+fn get_split(b: &[u8], lo: usize, hi: usize) -> u32 {
+    get16(b, lo) as u32 | (get16(b, hi) as u32) << 16
 }
 
 #[cfg(test)]

@@ -4,9 +4,9 @@ use super::*;
 pub(crate) fn samples() -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     let ack = Some(AckInfo {
-        cum: 65530,
+        cum: 0x0002_fffa,
         sack: 0xdead_beef,
-        snd_next: 4321,
+        snd_next: 0x0001_10e1,
     });
     let mk = |h: Header, payload: &[u8]| {
         let mut b = vec![0u8; h.header_len() + payload.len()];
@@ -22,7 +22,7 @@ pub(crate) fn samples() -> Vec<Vec<u8>> {
     out.push(mk(h, &[1, 2, 3]));
     let mut h = Header::new(Kind::Frag);
     h.tag = 65;
-    h.seq = 65535;
+    h.seq = 0x0003_ffff;
     h.ack = ack;
     h.src = u64::MAX;
     h.key = 1;
@@ -54,7 +54,7 @@ pub(crate) fn samples() -> Vec<Vec<u8>> {
     h.region_offset = 4096;
     out.push(mk(h, b""));
     let mut h = Header::new(Kind::GetReply);
-    h.seq = 15;
+    h.seq = 0xffff_000f;
     h.id = 46;
     h.total = 1 << 20;
     h.offset = 1000;
@@ -114,7 +114,17 @@ fn field_rules() {
         b[off] = v;
         parse(&b).is_err()
     };
-    assert!(bad(s[1].clone(), OFF_VERSION, 2));
+    assert!(bad(s[1].clone(), OFF_VERSION, 1), "version 1 has no epochs");
+    assert!(bad(s[1].clone(), OFF_VERSION, 3));
+    assert!(bad(s[1].clone(), OFF_VERSION, 0));
+    // reserved bytes after the epochs
+    assert!(bad(s[1].clone(), OFF_RESERVED0, 1));
+    assert!(bad(s[1].clone(), OFF_RESERVED0 + 1, 0x80));
+    // epochs of ack fields must be zero without the ACK flag, the seq epoch zero for an Ack
+    assert!(bad(s[2].clone(), OFF_ACK_EPOCH, 1));
+    assert!(bad(s[2].clone(), OFF_SND_NEXT_EPOCH + 1, 1));
+    assert!(bad(s[0].clone(), OFF_SEQ_EPOCH, 1));
+    assert!(bad(s[0].clone(), OFF_SEQ_EPOCH + 1, 1));
     assert!(bad(s[1].clone(), OFF_KIND, 0));
     assert!(bad(s[1].clone(), OFF_KIND, 9));
     assert!(bad(s[1].clone(), OFF_FLAGS, 2));
@@ -140,6 +150,12 @@ fn field_rules() {
     put32(&mut c, OFF_TOTAL, MAX_REASSEMBLY + 1);
     put32(&mut c, OFF_OFFSET, 0);
     assert!(parse(&c).is_err());
+    // get reply total beyond the reassembly limit (the same limit as a chunk)
+    let mut c = s[5].clone();
+    put32(&mut c, OFF_TOTAL, MAX_REASSEMBLY + 1);
+    assert!(parse(&c).is_err());
+    put32(&mut c, OFF_TOTAL, MAX_REASSEMBLY);
+    assert!(parse(&c).is_ok());
     // put region offset overflowing
     let mut c = s[3].clone();
     put64(&mut c, OFF_REGION_OFFSET, u64::MAX - 3);
@@ -196,4 +212,37 @@ fn random_corruption_never_panics_and_accepted_reemits() {
     }
     // Flipping payload bytes or free fields (seq, src, key, ...) keeps packets valid.
     assert!(accepted > 1000);
+}
+
+#[test]
+fn epochs_round_trip_into_extended_values() {
+    let s = samples();
+    let (h, _) = parse(&s[1]).unwrap();
+    assert_eq!(h.seq, 0x0003_ffff);
+    assert_eq!(get16(&s[1], OFF_SEQ), 0xffff);
+    assert_eq!(get16(&s[1], OFF_SEQ_EPOCH), 3);
+    let a = h.ack.unwrap();
+    assert_eq!((a.cum, a.snd_next), (0x0002_fffa, 0x0001_10e1));
+    assert_eq!(get16(&s[1], OFF_ACK_EPOCH), 2);
+    assert_eq!(get16(&s[1], OFF_SND_NEXT_EPOCH), 1);
+    assert_eq!(parse(&s[5]).unwrap().0.seq, 0xffff_000f);
+}
+
+/// A well-formed version 1 datagram (32-byte header, no epochs) of every kind that has a
+/// sample is rejected as a version error, whatever its length.
+#[test]
+fn version_1_datagrams_rejected() {
+    for s in samples() {
+        let mut v1 = s.clone();
+        v1[OFF_VERSION] = 1;
+        assert_eq!(parse(&v1), Err(ParseError::Version));
+        // The v1 layout: base header 32 bytes (the v2 epoch bytes removed).
+        let mut old = s[..32].to_vec();
+        old.extend_from_slice(&s[40..]);
+        old[OFF_VERSION] = 1;
+        assert!(parse(&old).is_err());
+        for n in 0..old.len() {
+            assert!(parse(&old[..n]).is_err());
+        }
+    }
 }
