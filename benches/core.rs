@@ -22,14 +22,8 @@ fn engines() -> (Engine, Engine, PeerId, PeerId) {
     let (ca, cb) = (mk(1), mk(2));
     let mut a = Engine::new(ca.clone()).unwrap();
     let mut b = Engine::new(cb.clone()).unwrap();
-    let info = |c: &Config| PeerInfo {
-        remote_id: c.local_id,
-        remote_key: c.local_key,
-        remote_isn: c.isn,
-        remote_data_mtu: c.data_mtu,
-    };
-    let ab = a.add_peer(Instant(0), info(&cb));
-    let ba = b.add_peer(Instant(0), info(&ca));
+    let ab = a.add_peer(Instant(0), cb.peer_info());
+    let ba = b.add_peer(Instant(0), ca.peer_info());
     (a, b, ab, ba)
 }
 

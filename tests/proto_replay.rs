@@ -32,14 +32,8 @@ impl Pair {
         let (ca, cb) = (cfg(1, ISN_A), cfg(2, 60_000));
         let mut a = Engine::new(ca.clone()).unwrap();
         let mut b = Engine::new(cb.clone()).unwrap();
-        let info = |c: &Config| PeerInfo {
-            remote_id: c.local_id,
-            remote_key: c.local_key,
-            remote_isn: c.isn,
-            remote_data_mtu: c.data_mtu,
-        };
-        let ab = a.add_peer(Instant(0), info(&cb));
-        let ba = b.add_peer(Instant(0), info(&ca));
+        let ab = a.add_peer(Instant(0), cb.peer_info());
+        let ba = b.add_peer(Instant(0), ca.peer_info());
         Pair {
             a,
             b,

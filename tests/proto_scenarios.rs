@@ -28,14 +28,8 @@ struct Pair {
 fn pair_with(ca: Config, cb: Config) -> Pair {
     let mut a = Engine::new(ca.clone()).unwrap();
     let mut b = Engine::new(cb.clone()).unwrap();
-    let info = |c: &Config| PeerInfo {
-        remote_id: c.local_id,
-        remote_key: c.local_key,
-        remote_isn: c.isn,
-        remote_data_mtu: c.data_mtu,
-    };
-    let ab = a.add_peer(us(0), info(&cb));
-    let ba = b.add_peer(us(0), info(&ca));
+    let ab = a.add_peer(us(0), cb.peer_info());
+    let ba = b.add_peer(us(0), ca.peer_info());
     Pair { a, b, ab, ba }
 }
 
@@ -627,15 +621,9 @@ fn one_failed_peer_leaves_the_others_alone_and_slots_are_reused() {
     ca.peer_timeout = Duration::from_millis(250);
     let mut a = Engine::new(ca.clone()).unwrap();
     let mut b = Engine::new(cfg(2, 0)).unwrap();
-    let info = |c: &Config| PeerInfo {
-        remote_id: c.local_id,
-        remote_key: c.local_key,
-        remote_isn: c.isn,
-        remote_data_mtu: c.data_mtu,
-    };
-    let ab = a.add_peer(us(0), info(&cfg(2, 0)));
-    let ac = a.add_peer(us(0), info(&cfg(3, 0))); // C is silent forever
-    let ba = b.add_peer(us(0), info(&ca));
+    let ab = a.add_peer(us(0), cfg(2, 0).peer_info());
+    let ac = a.add_peer(us(0), cfg(3, 0).peer_info()); // C is silent forever
+    let ba = b.add_peer(us(0), ca.peer_info());
     let mut t = us(0);
     let mut delivered = 0;
     let mut failed = 0;
@@ -682,7 +670,7 @@ fn one_failed_peer_leaves_the_others_alone_and_slots_are_reused() {
     let _ = ba;
     // Remove C and reuse its slot for D: nothing stale reaches D.
     a.remove_peer(t, ac);
-    let ad = a.add_peer(t, info(&cfg(4, 0)));
+    let ad = a.add_peer(t, cfg(4, 0).peer_info());
     assert_eq!(ad, ac, "slot reused");
     assert!(a.is_idle(ad));
     a.submit_send(t, ad, 1, vec![1], Cookie(7)).unwrap();

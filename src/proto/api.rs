@@ -97,6 +97,18 @@ impl Default for Config {
     }
 }
 
+impl Config {
+    /// What a peer must learn (through the modex) about an engine configured with `self`.
+    pub fn peer_info(&self) -> PeerInfo {
+        PeerInfo {
+            remote_id: self.local_id,
+            remote_key: self.local_key,
+            remote_isn: self.isn,
+            remote_data_mtu: self.data_mtu,
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigError(pub String);
 

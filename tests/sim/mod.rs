@@ -201,15 +201,7 @@ impl Sim {
         let mk = |i: usize| {
             let mut eng = Engine::new(sc.cfg[i].clone()).expect("valid config");
             let o = &sc.cfg[1 - i];
-            let peer = eng.add_peer(
-                Instant(0),
-                PeerInfo {
-                    remote_id: o.local_id,
-                    remote_key: o.local_key,
-                    remote_isn: o.isn,
-                    remote_data_mtu: o.data_mtu,
-                },
-            );
+            let peer = eng.add_peer(Instant(0), o.peer_info());
             Node {
                 eng,
                 peer,
