@@ -7,7 +7,7 @@ use std::io::{self, Read, Write};
 use std::net::Ipv4Addr;
 
 pub const HELLO: [u8; 16] = *b"usnic-rs cagent\0";
-pub const VERSION: u32 = 1;
+pub const IPC_VERSION: u32 = 1;
 pub const HELLO_LEN: usize = 20;
 /// A frame body is never larger than this (wire input bound).
 pub const MAX_BODY: usize = 512;
@@ -20,7 +20,7 @@ const CMD_PING: u8 = 3;
 pub fn hello() -> [u8; HELLO_LEN] {
     let mut b = [0u8; HELLO_LEN];
     b[..16].copy_from_slice(&HELLO);
-    b[16..].copy_from_slice(&VERSION.to_le_bytes());
+    b[16..].copy_from_slice(&IPC_VERSION.to_le_bytes());
     b
 }
 

@@ -6,7 +6,7 @@ use std::net::Ipv4Addr;
 /// Bytes of the header; also the size of the small probe and of every ACK.
 pub const HEADER_LEN: usize = 40;
 /// Format version carried in every datagram; a different version is ignored (not echoed).
-pub const VERSION: u8 = 1;
+pub const PROBE_VERSION: u8 = 1;
 /// Magic of a probe (originator to target).
 pub const MAGIC_PING: u64 = 0x7573_6e69_6352_5331; // "usnicRS1"
 /// Magic of an ACK (target back to originator).
@@ -36,7 +36,7 @@ impl Header {
     pub fn encode(&self, total: usize) -> Vec<u8> {
         let mut b = vec![0u8; total.max(HEADER_LEN)];
         b[0] = self.kind as u8;
-        b[1] = VERSION;
+        b[1] = PROBE_VERSION;
         b[4..8].copy_from_slice(&self.src_ipv4.octets());
         b[8..10].copy_from_slice(&self.src_port.to_le_bytes());
         let magic = match self.kind {
@@ -55,8 +55,8 @@ impl Header {
         if bytes.len() < HEADER_LEN {
             return Err(format!("short datagram ({} bytes)", bytes.len()));
         }
-        if bytes[1] != VERSION {
-            return Err(format!("version {} (expected {VERSION})", bytes[1]));
+        if bytes[1] != PROBE_VERSION {
+            return Err(format!("version {} (expected {PROBE_VERSION})", bytes[1]));
         }
         let u32_at =
             |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
