@@ -55,14 +55,15 @@ impl std::fmt::Debug for DeviceInfo {
 }
 
 /// One IPv4 address of a local interface, from getifaddrs.
-struct Iface {
-    name: String,
-    ipv4: Ipv4Addr,
-    netmask: Ipv4Addr,
-    loopback: bool,
+pub(crate) struct Iface {
+    pub(crate) name: String,
+    pub(crate) ipv4: Ipv4Addr,
+    pub(crate) netmask: Ipv4Addr,
+    pub(crate) loopback: bool,
 }
 
-fn interfaces() -> Vec<Iface> {
+/// Every IPv4 address of every local interface (the one getifaddrs walk of the crate).
+pub(crate) fn interfaces() -> Vec<Iface> {
     let mut out = Vec::new();
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs allocates a list we free with freeifaddrs below.

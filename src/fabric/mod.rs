@@ -75,7 +75,7 @@ mod bufpool;
 mod channel;
 mod clock;
 mod config;
-mod device;
+pub(crate) mod device;
 mod error;
 mod fault;
 mod fid;

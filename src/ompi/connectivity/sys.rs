@@ -1,5 +1,4 @@
 //! The few socket calls std does not offer: don't-fragment, poll, and interface lookup.
-use std::ffi::CStr;
 use std::io;
 use std::net::Ipv4Addr;
 use std::os::fd::RawFd;
@@ -53,46 +52,10 @@ pub fn poll_readable(fds: &[RawFd], timeout_ms: i32) -> io::Result<Vec<bool>> {
 
 /// The name and prefix length of the local interface holding `ip`, if any.
 pub fn interface_of(ip: Ipv4Addr) -> Option<(String, u32)> {
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs writes a list head we free below with freeifaddrs.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        return None;
-    }
-    let mut found = None;
-    let mut cur = head;
-    while !cur.is_null() {
-        // SAFETY: cur is a node of the list getifaddrs returned, valid until freeifaddrs.
-        let ifa = unsafe { &*cur };
-        cur = ifa.ifa_next;
-        if ifa.ifa_addr.is_null() || ifa.ifa_name.is_null() {
-            continue;
-        }
-        // SAFETY: ifa_addr is non-null and points at a sockaddr of at least sa_family's size.
-        if i32::from(unsafe { (*ifa.ifa_addr).sa_family }) != libc::AF_INET {
-            continue;
-        }
-        // SAFETY: the family is AF_INET, so the address is a sockaddr_in.
-        let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
-        if Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)) != ip {
-            continue;
-        }
-        let prefix = if ifa.ifa_netmask.is_null() {
-            32
-        } else {
-            // SAFETY: the netmask of an AF_INET entry is a sockaddr_in.
-            let m = unsafe { &*(ifa.ifa_netmask as *const libc::sockaddr_in) };
-            u32::from_be(m.sin_addr.s_addr).count_ones()
-        };
-        // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-        let name = unsafe { CStr::from_ptr(ifa.ifa_name) }
-            .to_string_lossy()
-            .into_owned();
-        found = Some((name, prefix));
-        break;
-    }
-    // SAFETY: head came from getifaddrs and is freed once; no reference into it survives.
-    unsafe { libc::freeifaddrs(head) };
-    found
+    crate::fabric::device::interfaces()
+        .into_iter()
+        .find(|i| i.ipv4 == ip)
+        .map(|i| (i.name, u32::from(i.netmask).count_ones()))
 }
 
 /// Writes to a stream socket with MSG_NOSIGNAL: a peer that went away must give EPIPE, not a
