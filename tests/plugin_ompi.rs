@@ -179,6 +179,13 @@ fn every_parameter_has_help() {
         ("ack_thread", "true"),
         ("rto_min", "0"),
         ("rdma", "none"),
+        ("fault_seed", "0"),
+        ("fault_send_drop", "0.000000"),
+        ("fault_send_dup", "0.000000"),
+        ("fault_send_delay", "0.000000"),
+        ("fault_recv_drop", "0.000000"),
+        ("fault_recv_dup", "0.000000"),
+        ("fault_delay_us", "1000"),
     ];
     for (name, value) in expected {
         let p = format!("mca:btl:usnic:param:btl_usnic_{name}:");
@@ -216,7 +223,7 @@ fn pingpong_over_usnic_verifies_every_byte() {
     // usnic carried it: self cannot reach the other rank, and on both ranks the final
     // statistics of a usnic module show sends and receives.
     let busy = per_rank(&err, |l| {
-        !l.contains(" sends 0 ") && !l.contains(" recvs 0 ")
+        !l.contains(" sends=0 ") && !l.contains(" recvs=0 ")
     });
     assert_eq!(busy, 2, "{err}");
 }
@@ -231,6 +238,94 @@ fn per_rank(err: &str, f: impl Fn(&str) -> bool) -> usize {
     ranks.sort();
     ranks.dedup();
     ranks.len()
+}
+
+/// Sum over every final statistics line of counter `key` (`key=value` pairs).
+fn stat_sum(err: &str, key: &str) -> u64 {
+    let want = format!("{key}=");
+    err.lines()
+        .filter(|l| l.contains("stats (final)"))
+        .flat_map(|l| l.split_whitespace())
+        .filter_map(|w| w.strip_prefix(&want))
+        .map(|v| v.parse::<u64>().expect("numeric counter"))
+        .sum()
+}
+
+#[test]
+fn pingpong_survives_injected_faults() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let o = mpirun(
+        2,
+        &[
+            "--mca",
+            "btl",
+            "usnic,self",
+            "--mca",
+            "btl_usnic_stats",
+            "1000",
+            "--mca",
+            "btl_usnic_fault_seed",
+            "12345",
+            "--mca",
+            "btl_usnic_fault_send_drop",
+            "10",
+            "--mca",
+            "btl_usnic_fault_send_dup",
+            "5",
+            "--mca",
+            "btl_usnic_fault_recv_drop",
+            "5",
+            "--mca",
+            "btl_usnic_rto_min",
+            "2000",
+        ],
+        &["pingpong", "262144", "10"],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("OK: 0 errors"), "{out}");
+    // Both ranks injected faults, and the losses were repaired by retransmission and the
+    // copies dropped as duplicates.
+    let injected = per_rank(&err, |l| {
+        !l.contains(" fault_send_dropped=0 ") && !l.contains(" fault_recv_dropped=0 ")
+    });
+    assert_eq!(injected, 2, "{err}");
+    let dropped = stat_sum(&err, "fault_send_dropped") + stat_sum(&err, "fault_recv_dropped");
+    let resends = stat_sum(&err, "resends_timeout") + stat_sum(&err, "resends_fast");
+    assert!(dropped > 100, "{err}");
+    assert!(
+        resends > 0,
+        "no retransmission after {dropped} drops\n{err}"
+    );
+    assert!(stat_sum(&err, "fault_send_duplicated") > 0, "{err}");
+    assert!(stat_sum(&err, "dup_recvs") > 0, "{err}");
+    assert_eq!(stat_sum(&err, "peers_failed"), 0, "{err}");
+    eprintln!(
+        "faults: {dropped} dropped, {} duplicated; repairs: {resends} resends, {} dup_recvs",
+        stat_sum(&err, "fault_send_duplicated"),
+        stat_sum(&err, "dup_recvs")
+    );
+
+    // A percentage outside 0..100 declines the component with one line per rank.
+    let o = mpirun(
+        2,
+        &[
+            "--mca",
+            "btl",
+            "usnic,self,tcp",
+            "--mca",
+            "btl_usnic_fault_send_drop",
+            "150",
+        ],
+        &["pingpong", "1024", "2"],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    let lines = err
+        .lines()
+        .filter(|l| l.contains("btl_usnic_fault_send_drop=150 is invalid"))
+        .count();
+    assert_eq!(lines, 2, "{err}");
 }
 
 #[test]
@@ -364,7 +459,7 @@ fn pingpong_with_emulated_put_and_get() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // "get": ob1 fetches large messages with btl_get (RGET); "put": the receiver asks the sender
     // to btl_put into its registered buffer. Every byte is checked by the program.
-    for (rdma, counter) in [("get", " gets "), ("put", " puts ")] {
+    for (rdma, counter) in [("get", " gets="), ("put", " puts=")] {
         let o = mpirun(
             2,
             &[
@@ -388,7 +483,7 @@ fn pingpong_with_emulated_put_and_get() {
         assert!(
             err.lines()
                 .filter(|l| l.contains("stats (final)"))
-                .all(|l| l.contains("refused_writes 0 ")),
+                .all(|l| l.contains(" refused_writes=0 ")),
             "{err}"
         );
     }
@@ -581,7 +676,7 @@ fn same_node_switch_and_connectivity_map() {
     assert!(
         finals
             .iter()
-            .all(|l| l.contains(" sends 0 ") && l.contains(" recvs 0 ")),
+            .all(|l| l.contains(" sends=0 ") && l.contains(" recvs=0 ")),
         "{err}"
     );
 }

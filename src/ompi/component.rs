@@ -179,7 +179,7 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
     };
     let mut modules = Vec::new();
     for dev in &devices {
-        let fab = match fabric::Module::open(dev, &cfg) {
+        let mut fab = match fabric::Module::open(dev, &cfg) {
             Ok(m) => m,
             Err(e) => {
                 log::error(&format!(
@@ -190,6 +190,12 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
             }
         };
         let index = modules.len() as u32;
+        if let Some(f) = settings.module_faults(vpid, index) {
+            if let Err(e) = fab.set_faults(f) {
+                return decline(&format!("btl_usnic_fault_*: {e}"));
+            }
+            log::verbose(1, || format!("module {index}: fault injection {f:?}"));
+        }
         let data_mtu = fab.channel_mtu(Channel::Data);
         let prio_mtu = fab.channel_mtu(Channel::Priority);
         let mut ec = settings.engine_config(data_mtu, prio_mtu);
@@ -338,7 +344,83 @@ pub fn progress() -> i32 {
     .unwrap_or(0)
 }
 
-/// One statistics line per module (the original's counter names where they exist).
+/// Every counter of the protocol core, by its `Stats` field name (the statistics line's keys;
+/// a unit test checks that none is missing).
+pub fn core_counters(s: &Stats) -> [(&'static str, u64); 23] {
+    [
+        ("sends", s.sends),
+        ("frag_sends", s.frag_sends),
+        ("chunk_sends", s.chunk_sends),
+        ("resends_timeout", s.resends_timeout),
+        ("resends_fast", s.resends_fast),
+        ("acks_alone", s.acks_alone),
+        ("acks_piggybacked", s.acks_piggybacked),
+        ("recvs", s.recvs),
+        ("dup_recvs", s.dup_recvs),
+        ("oow_low_recvs", s.oow_low_recvs),
+        ("oow_high_recvs", s.oow_high_recvs),
+        ("malformed_recvs", s.malformed_recvs),
+        ("wrong_key_recvs", s.wrong_key_recvs),
+        ("unknown_sender_recvs", s.unknown_sender_recvs),
+        ("bad_chunk_recvs", s.bad_chunk_recvs),
+        ("refused_writes", s.refused_writes),
+        ("ack_recvs", s.ack_recvs),
+        ("dup_acks", s.dup_acks),
+        ("old_acks", s.old_acks),
+        ("credits_exhausted", s.credits_exhausted),
+        ("bytes_sent", s.bytes_sent),
+        ("bytes_received", s.bytes_received),
+        ("peers_failed", s.peers_failed),
+    ]
+}
+
+/// The statistics line of one module (format documented in docs/operations.md): a marker,
+/// then space-separated `key=value` pairs, keys never change meaning.
+pub fn stats_line(
+    rank: u32,
+    m: &ModuleCell,
+    now: &Stats,
+    base: &Stats,
+    st: &super::module::ModuleState,
+    faults: bool,
+    last: bool,
+) -> String {
+    use std::fmt::Write;
+    let mut line = format!(
+        "stats{} rank={rank} module={} iface={}",
+        if last { " (final)" } else { "" },
+        m.index,
+        m.info.name
+    );
+    for ((k, v), (_, b)) in core_counters(now).into_iter().zip(core_counters(base)) {
+        let _ = write!(line, " {k}={}", v.saturating_sub(b));
+    }
+    let _ = write!(
+        line,
+        " oversize_recvs={} puts={} gets={} frags_live={}",
+        st.oversize_recvs, st.puts, st.gets, st.frags.live
+    );
+    if faults {
+        let f = st.fabric.fault_stats();
+        let _ = write!(
+            line,
+            " fault_sends_seen={} fault_send_dropped={} fault_send_duplicated={} \
+             fault_send_dup_skipped={} fault_send_delayed={} fault_recvs_seen={} \
+             fault_recv_dropped={} fault_recv_duplicated={}",
+            f.sends_seen,
+            f.send_dropped,
+            f.send_duplicated,
+            f.send_dup_skipped,
+            f.send_delayed,
+            f.recvs_seen,
+            f.recv_dropped,
+            f.recv_duplicated
+        );
+    }
+    line
+}
+
+/// One statistics line per module.
 pub fn print_stats(c: &Component, m: &ModuleCell, last: bool) {
     let mut st = m.state.borrow_mut();
     let now: Stats = st.engine.stats().clone();
@@ -347,43 +429,17 @@ pub fn print_stats(c: &Component, m: &ModuleCell, last: bool) {
     } else {
         Stats::default()
     };
-    let d = |a: u64, b: u64| a.saturating_sub(b);
-    log::error(&format!(
-        "stats{} rank {} module {} ({}): sends {} frags {} chunks {} bytes_out {} | recvs {} \
-         bytes_in {} dup_recvs {} oow_low {} oow_high {} | resends timeout {} fast {} | \
-         acks alone {} piggybacked {} recv {} dup {} old {} | credits_exhausted {} \
-         malformed {} wrong_key {} unknown_sender {} peers_failed {} refused_writes {} | \
-         puts {} gets {} | frags_live {}",
-        if last { " (final)" } else { "" },
+    let line = stats_line(
         c.my_vpid,
-        m.index,
-        m.info.name,
-        d(now.sends, base.sends),
-        d(now.frag_sends, base.frag_sends),
-        d(now.chunk_sends, base.chunk_sends),
-        d(now.bytes_sent, base.bytes_sent),
-        d(now.recvs, base.recvs),
-        d(now.bytes_received, base.bytes_received),
-        d(now.dup_recvs, base.dup_recvs),
-        d(now.oow_low_recvs, base.oow_low_recvs),
-        d(now.oow_high_recvs, base.oow_high_recvs),
-        d(now.resends_timeout, base.resends_timeout),
-        d(now.resends_fast, base.resends_fast),
-        d(now.acks_alone, base.acks_alone),
-        d(now.acks_piggybacked, base.acks_piggybacked),
-        d(now.ack_recvs, base.ack_recvs),
-        d(now.dup_acks, base.dup_acks),
-        d(now.old_acks, base.old_acks),
-        d(now.credits_exhausted, base.credits_exhausted),
-        d(now.malformed_recvs, base.malformed_recvs),
-        d(now.wrong_key_recvs, base.wrong_key_recvs),
-        d(now.unknown_sender_recvs, base.unknown_sender_recvs),
-        d(now.peers_failed, base.peers_failed),
-        d(now.refused_writes, base.refused_writes),
-        st.puts,
-        st.gets,
-        st.frags.live,
-    ));
+        m,
+        &now,
+        &base,
+        &st,
+        c.settings.faults.is_some(),
+        last,
+    );
+    drop(st);
+    log::error(&line);
 }
 
 /// Interfaces of a modex list, for pairing.
@@ -400,6 +456,28 @@ pub fn ifaces(entries: &[ModexEntry]) -> Vec<super::pairing::Iface> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_core_counter_is_listed() {
+        // Field names from Stats' Debug output: a counter added to the core without a key here
+        // fails this test.
+        let dbg = format!("{:?}", Stats::default());
+        let body = dbg.split_once('{').unwrap().1.trim_end_matches('}');
+        let fields: Vec<&str> = body
+            .split(',')
+            .filter_map(|f| f.split_once(':'))
+            .map(|(k, _)| k.trim())
+            .collect();
+        let keys: Vec<&str> = core_counters(&Stats::default())
+            .iter()
+            .map(|(k, _)| *k)
+            .collect();
+        assert!(fields.len() >= 23, "{dbg}");
+        for f in &fields {
+            assert!(keys.contains(f), "Stats::{f} has no statistics key");
+        }
+        assert_eq!(keys.len(), fields.len());
+    }
 
     #[test]
     fn module_ids_differ_per_module_and_process() {

@@ -7,6 +7,7 @@
 //! unloading it silently.
 use core::ffi::{c_char, c_int, CStr};
 
+use crate::fabric::FaultConfig;
 use crate::proto::{Config, Duration};
 
 /// Values of every `btl_usnic_*` parameter, as registered by the shim (`-1` = automatic where the
@@ -47,6 +48,14 @@ pub struct usnic_rs_params_t {
     pub ack_thread: bool,
     pub rto_min: c_int,
     pub rdma: *mut c_char,
+    /// Fault injector (hidden, level 9): seed, percentages 0..100, delay.
+    pub fault_seed: c_int,
+    pub fault_send_drop: f64,
+    pub fault_send_dup: f64,
+    pub fault_send_delay: f64,
+    pub fault_recv_drop: f64,
+    pub fault_recv_dup: f64,
+    pub fault_delay_us: c_int,
 }
 
 /// Validated parameters.
@@ -84,6 +93,9 @@ pub struct Settings {
     pub rto_min_us: u64,
     /// Emulated RDMA offered to the PML: (PUT, GET).
     pub rdma: (bool, bool),
+    /// Fault injection for every module (`seed` not yet mixed with rank and module index);
+    /// `None` when every percentage is 0.
+    pub faults: Option<FaultConfig>,
 }
 
 /// Default priority-channel MTU, the original's `max_tiny_msg_size`.
@@ -152,7 +164,40 @@ fn parse_rdma(v: Option<&str>) -> Result<(bool, bool), String> {
     Ok(out)
 }
 
+/// A `btl_usnic_fault_*` percentage as a fraction.
+fn percent(name: &str, v: f64) -> Result<f64, String> {
+    if v.is_finite() && (0.0..=100.0).contains(&v) {
+        Ok(v / 100.0)
+    } else {
+        Err(format!(
+            "btl_usnic_{name}={v} is invalid (a percentage, 0..100)"
+        ))
+    }
+}
+
+fn fault_config(p: &usnic_rs_params_t) -> Result<Option<FaultConfig>, String> {
+    let cfg = FaultConfig {
+        seed: p.fault_seed as u32 as u64,
+        send_drop: percent("fault_send_drop", p.fault_send_drop)?,
+        send_dup: percent("fault_send_dup", p.fault_send_dup)?,
+        send_delay: percent("fault_send_delay", p.fault_send_delay)?,
+        delay_us: at_least("fault_delay_us", p.fault_delay_us, 0)? as u64,
+        recv_drop: percent("fault_recv_drop", p.fault_recv_drop)?,
+        recv_dup: percent("fault_recv_dup", p.fault_recv_dup)?,
+    };
+    Ok((!cfg.is_off()).then_some(cfg))
+}
+
 impl Settings {
+    /// The fault configuration of module `index` on rank `rank`: the seed mixed with both, so
+    /// that no two modules of a job draw the same pattern.
+    pub fn module_faults(&self, rank: u32, index: u32) -> Option<FaultConfig> {
+        self.faults.map(|f| FaultConfig {
+            seed: f.seed ^ ((rank as u64) << 32) ^ index as u64,
+            ..f
+        })
+    }
+
     /// Checks every value; the error is one line naming the parameter.
     pub fn from_params(p: &usnic_rs_params_t) -> Result<Settings, String> {
         let if_include = opt_string("if_include", p.if_include)?;
@@ -244,6 +289,7 @@ impl Settings {
             ack_thread: p.ack_thread,
             rto_min_us: at_least("rto_min", p.rto_min, 0)? as u64,
             rdma: parse_rdma(opt_string("rdma", p.rdma)?.as_deref())?,
+            faults: fault_config(p)?,
         })
     }
 
@@ -316,6 +362,13 @@ pub(crate) mod tests {
             ack_thread: true,
             rto_min: 0,
             rdma: core::ptr::null_mut(),
+            fault_seed: 0,
+            fault_send_drop: 0.0,
+            fault_send_dup: 0.0,
+            fault_send_delay: 0.0,
+            fault_recv_drop: 0.0,
+            fault_recv_dup: 0.0,
+            fault_delay_us: 1000,
         }
     }
 
@@ -385,6 +438,41 @@ pub(crate) mod tests {
             e.starts_with("btl_usnic_rdma=put,rget") && e.contains("rget"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn fault_percentages() {
+        let prov = CString::new("udp").unwrap();
+        let mut p = defaults(&prov);
+        assert_eq!(Settings::from_params(&p).unwrap().faults, None);
+        p.fault_seed = 7;
+        p.fault_send_drop = 10.0;
+        p.fault_recv_dup = 100.0;
+        let s = Settings::from_params(&p).unwrap();
+        let f = s.faults.unwrap();
+        assert_eq!((f.send_drop, f.recv_dup, f.delay_us), (0.1, 1.0, 1000));
+        let m = s.module_faults(3, 1).unwrap();
+        assert_eq!(m.seed, 7 ^ (3 << 32) ^ 1);
+        assert_ne!(m.seed, s.module_faults(3, 0).unwrap().seed);
+        type Case = (&'static str, fn(&mut usnic_rs_params_t));
+        let cases: [Case; 4] = [
+            ("btl_usnic_fault_send_drop=-1 ", |p| {
+                p.fault_send_drop = -1.0
+            }),
+            ("btl_usnic_fault_send_dup=100.5 ", |p| {
+                p.fault_send_dup = 100.5
+            }),
+            ("btl_usnic_fault_recv_drop=NaN ", |p| {
+                p.fault_recv_drop = f64::NAN
+            }),
+            ("btl_usnic_fault_delay_us=-2 ", |p| p.fault_delay_us = -2),
+        ];
+        for (want, set) in cases {
+            let mut p = defaults(&prov);
+            set(&mut p);
+            let e = Settings::from_params(&p).unwrap_err();
+            assert!(e.starts_with(want), "{want}: {e}");
+        }
     }
 
     #[test]
