@@ -32,6 +32,14 @@ fn workdir() -> &'static Path {
         let link = d.join("components/mca_btl_usnic.so");
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(plugin_path(), &link).unwrap();
+        // The help file beside the plugin, as installed (the plugin finds it there).
+        let help = d.join("components/help-mpi-btl-usnic.txt");
+        let _ = std::fs::remove_file(&help);
+        std::os::unix::fs::symlink(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("help-mpi-btl-usnic.txt"),
+            &help,
+        )
+        .unwrap();
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/plugin");
         for prog in ["pingpong", "stall", "compute", "threads"] {
             let st = Command::new("mpicc")
@@ -321,11 +329,7 @@ fn pingpong_survives_injected_faults() {
     );
     let (out, err) = text(&o);
     assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
-    let lines = err
-        .lines()
-        .filter(|l| l.contains("btl_usnic_fault_send_drop=150 is invalid"))
-        .count();
-    assert_eq!(lines, 2, "{err}");
+    assert_param_help(&err, "fault_send_drop", "150", "a percentage, 0..100");
 }
 
 #[test]
@@ -342,13 +346,71 @@ fn four_ranks_all_pairs() {
     assert!(out.contains("OK: 0 errors"), "{out}");
 }
 
+/// The help messages (blocks between the dashed lines Open MPI draws) in `err`.
+fn help_blocks(err: &str) -> Vec<String> {
+    let bar = "-".repeat(74);
+    let mut blocks = Vec::new();
+    let mut cur: Option<Vec<&str>> = None;
+    for l in err.lines() {
+        if l == bar {
+            match cur.take() {
+                Some(b) => blocks.push(b.join("\n")),
+                None => cur = Some(Vec::new()),
+            }
+        } else if let Some(b) = cur.as_mut() {
+            b.push(l);
+        }
+    }
+    blocks
+}
+
+fn hostname() -> String {
+    let o = Command::new("hostname").output().expect("hostname");
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+/// Every rank (mpirun may aggregate identical messages: at least one) showed exactly this
+/// "invalid mca param" message, and nothing else of ours.
+fn assert_param_help(err: &str, name: &str, value: &str, problem: &str) {
+    let want = format!(
+        "An MCA parameter of the usnic BTL has a value it cannot use. The usnic\n\
+         BTL disqualified itself on this host; other BTLs may carry the job.\n\
+         \n  Host:        {}\n  Parameter:   btl_usnic_{name}\n  Value:       {value}\n  \
+         Problem:     {problem}",
+        hostname()
+    );
+    assert_exact_help(err, &want);
+}
+
+fn assert_exact_help(err: &str, want: &str) {
+    let blocks = help_blocks(err);
+    let n = blocks.iter().filter(|b| b.as_str() == want).count();
+    assert!(
+        (1..=2).contains(&n) && n == blocks.len(),
+        "want (1 or 2 times, nothing else):\n{want}\n\ngot:\n{err}"
+    );
+    assert!(
+        !err.contains("btl:usnic:"),
+        "one-line fallback printed too:\n{err}"
+    );
+}
+
 #[test]
-fn invalid_parameters_decline_with_one_line() {
+fn invalid_parameters_show_help() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let cases: [(&[&str], &str); 3] = [
+    let host = hostname();
+    let param = |name: &str, value: &str, problem: &str| {
+        format!(
+            "An MCA parameter of the usnic BTL has a value it cannot use. The usnic\n\
+             BTL disqualified itself on this host; other BTLs may carry the job.\n\
+             \n  Host:        {host}\n  Parameter:   btl_usnic_{name}\n  Value:       {value}\n  \
+             Problem:     {problem}"
+        )
+    };
+    let cases: [(&[&str], String); 3] = [
         (
             &["--mca", "btl_usnic_sd_num", "-7"],
-            "btl_usnic_sd_num=-7 is invalid",
+            param("sd_num", "-7", "must be -1 for automatic, or >= 16"),
         ),
         (
             &[
@@ -359,11 +421,16 @@ fn invalid_parameters_decline_with_one_line() {
                 "btl_usnic_if_exclude",
                 "lo",
             ],
-            "mutually exclusive",
+            format!(
+                "Both btl_usnic_if_include and btl_usnic_if_exclude were set. They are\n\
+                 mutually exclusive, so the usnic BTL disqualified itself on this host.\n\
+                 \n  Host:        {host}\n  if_include:  eth0\n  if_exclude:  lo\n\
+                 \nSet only one of them."
+            ),
         ),
         (
-            &["--mca", "btl_usnic_if_include", "10.0.0.0/99"],
-            "btl_usnic_if_include",
+            &["--mca", "btl_usnic_window", "5000"],
+            param("window", "5000", "must be 1..4096"),
         ),
     ];
     for (args, want) in cases {
@@ -371,18 +438,77 @@ fn invalid_parameters_decline_with_one_line() {
         extra.extend_from_slice(args);
         let o = mpirun(2, &extra, &["pingpong", "1024", "2"]);
         let (out, err) = text(&o);
-        // The job still runs (over tcp); usnic said why it stepped aside, once per rank.
+        // The job still runs (over tcp); usnic said why it stepped aside.
         assert!(
             o.status.success(),
             "{args:?}\nstdout:\n{out}\nstderr:\n{err}"
         );
         assert!(out.contains("OK: 0 errors"), "{out}");
-        let lines: Vec<&str> = err
-            .lines()
-            .filter(|l| l.contains(want) && l.contains("disables itself"))
-            .collect();
-        assert_eq!(lines.len(), 2, "{args:?}: {err}");
+        assert_exact_help(&err, &want);
     }
+    // A bad interface list names the parameter and the reason.
+    let o = mpirun(
+        2,
+        &[
+            "--mca",
+            "btl",
+            "usnic,self,tcp",
+            "--mca",
+            "btl_usnic_if_include",
+            "10.0.0.0/99",
+        ],
+        &["pingpong", "1024", "2"],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    let blocks = help_blocks(&err);
+    assert!(!blocks.is_empty(), "{err}");
+    for b in &blocks {
+        assert!(
+            b.contains("Parameter:   btl_usnic_if_include\n  Value:       10.0.0.0/99\n  Problem:"),
+            "{b}"
+        );
+    }
+}
+
+#[test]
+fn without_help_file_errors_are_one_line() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // A components directory with the plugin and no help file next to it.
+    let bare = workdir().join("bare");
+    std::fs::create_dir_all(&bare).unwrap();
+    let link = bare.join("mca_btl_usnic.so");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(plugin_path(), &link).unwrap();
+    let path = component_path().replace(
+        &workdir().join("components").display().to_string(),
+        &bare.display().to_string(),
+    );
+    let mut c = ompi("mpirun");
+    c.env("OMPI_MCA_mca_base_component_path", path).args([
+        "-np",
+        "2",
+        "--mca",
+        "pml",
+        "ob1",
+        "--mca",
+        "btl",
+        "usnic,self,tcp",
+        "--mca",
+        "btl_usnic_sd_num",
+        "-7",
+    ]);
+    c.arg(workdir().join("pingpong")).args(["1024", "2"]);
+    let o = run(c, Duration::from_secs(120));
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("OK: 0 errors"), "{out}");
+    let want = "] btl:usnic: btl_usnic_sd_num=-7 is invalid (must be -1 for automatic, or >= 16); \
+                the usnic BTL disables itself";
+    let lines = err.lines().filter(|l| l.ends_with(want)).count();
+    assert_eq!(lines, 2, "{err}");
+    assert!(help_blocks(&err).is_empty(), "{err}");
+    assert!(!err.contains("Sorry!"), "{err}");
 }
 
 #[test]
@@ -405,9 +531,21 @@ fn failed_peer_is_named_and_the_job_ends() {
     let (out, err) = text(&o);
     assert!(!o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
     assert!(!out.contains("should not happen"), "{out}");
+    let want = format!(
+        "The usnic BTL stopped hearing from a peer process: it acknowledged\n\
+         nothing for longer than btl_usnic_peer_timeout while data was waiting\n\
+         for it. The peer has probably died, or the network between the two\n\
+         hosts is cut. The MPI job will be aborted.\n\
+         \n  Local host:      {h}\n  Local process:   rank 0\n  Peer host:       {h}\n  \
+         Peer process:    rank 1\n  Peer address:    ",
+        h = hostname()
+    );
+    let blocks = help_blocks(&err);
     assert!(
-        err.contains("peer rank 1 on host") && err.contains("btl_usnic_peer_timeout"),
-        "{err}"
+        blocks
+            .iter()
+            .any(|b| b.starts_with(&want) && b.ends_with("\n  Silent for:      2000 ms")),
+        "want:\n{want}...\ngot:\n{err}"
     );
     assert!(start.elapsed() < Duration::from_secs(120));
 }
@@ -502,11 +640,12 @@ fn pingpong_with_emulated_put_and_get() {
     );
     let (out, err) = text(&o);
     assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
-    let lines = err
-        .lines()
-        .filter(|l| l.contains("btl_usnic_rdma=rput is invalid"))
-        .count();
-    assert_eq!(lines, 2, "{err}");
+    assert_param_help(
+        &err,
+        "rdma",
+        "rput",
+        "\"none\", or a comma list of \"put\" and \"get\"; \"rput\" is neither",
+    );
 }
 
 #[test]

@@ -5,11 +5,12 @@ use std::collections::HashSet;
 use crate::fabric::{self, FabricConfig};
 use crate::proto::{Channel, Engine, Instant, Stats};
 
+use super::help::show_help;
 use super::lock::{self, Shared};
 use super::log;
 use super::modex::{self, ModexEntry};
 use super::module::{ModuleCell, ModuleInfo, ModuleState};
-use super::params::{usnic_rs_params_t, Settings};
+use super::params::{usnic_rs_params_t, ParamError, Settings};
 use super::status::*;
 use super::sys;
 
@@ -86,10 +87,12 @@ fn init_tracing(verbosity: u32) {
         .try_init();
 }
 
-fn fabric_config(s: &Settings) -> Result<FabricConfig, String> {
+fn fabric_config(s: &Settings) -> Result<FabricConfig, ParamError> {
     let list = |name: &str, v: &Option<String>| match v {
         None => Ok(Vec::new()),
-        Some(v) => fabric::parse_if_list(v).map_err(|e| format!("btl_usnic_{name}: {e}")),
+        Some(v) => {
+            fabric::parse_if_list(v).map_err(|e| ParamError::invalid(name, v, e.to_string()))
+        }
     };
     let d = FabricConfig::default();
     Ok(FabricConfig {
@@ -116,36 +119,85 @@ fn decline(msg: &str) -> i32 {
     OPAL_SUCCESS
 }
 
+/// This host's name, as Open MPI knows it.
+fn my_hostname() -> String {
+    if cfg!(test) {
+        return "localhost".into();
+    }
+    // SAFETY: static or Open MPI-owned NUL-terminated string.
+    unsafe { std::ffi::CStr::from_ptr(sys::usnic_shim_my_hostname()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Decline because of a parameter (help topics "invalid mca param", "if_include and
+/// if_exclude").
+fn decline_param(host: &str, e: &ParamError) -> i32 {
+    let fallback = format!("{e}; the usnic BTL disables itself");
+    match e {
+        ParamError::Invalid {
+            name,
+            value,
+            problem,
+        } => show_help!("invalid mca param", fallback;
+            s(host), s(name), s(value), s(problem)),
+        ParamError::IncludeAndExclude { include, exclude } => {
+            show_help!("if_include and if_exclude", fallback; s(host), s(include), s(exclude))
+        }
+    }
+    OPAL_SUCCESS
+}
+
+/// Decline: no device (help topic "no usable device").
+fn decline_no_device(host: &str, provider: &str, reason: &str) -> i32 {
+    show_help!("no usable device",
+        format!("no usable interface: {reason}; the usnic BTL disables itself");
+        s(host), s(provider), s(reason));
+    OPAL_SUCCESS
+}
+
 /// Component init: returns OPAL_SUCCESS with `*num` modules (0 = declined).
 pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32 {
     *num = 0;
+    let my_host = my_hostname();
     let settings = match Settings::from_params(params) {
         Ok(s) => s,
-        Err(e) => return decline(&e),
+        Err(e) => return decline_param(&my_host, &e),
     };
     log::set_verbosity(settings.verbose);
     init_tracing(log::verbosity());
     // The lock is needed with MPI threads, and whenever the ACK helper thread runs.
     lock::set_threaded(mpi_threads || settings.ack_thread);
     if settings.base_udp_port != 0 {
-        return decline("btl_usnic_base_udp_port is not supported (must be 0)");
+        return decline_param(
+            &my_host,
+            &ParamError::invalid(
+                "base_udp_port",
+                settings.base_udp_port,
+                "not supported (must be 0)",
+            ),
+        );
     }
     let cfg = match fabric_config(&settings) {
         Ok(c) => c,
-        Err(e) => return decline(&e),
+        Err(e) => return decline_param(&my_host, &e),
     };
     let devices = match fabric::discover(&cfg) {
         Ok(d) => d,
-        Err(e) => return decline(&format!("no usable interface: {e}")),
+        Err(e) => return decline_no_device(&my_host, &settings.provider, &e.to_string()),
     };
     if devices.is_empty() && (settings.if_include.is_some() || settings.if_exclude.is_some()) {
-        return decline(&format!(
-            "no interface of provider {} is left after btl_usnic_if_include={} \
-             btl_usnic_if_exclude={}",
-            settings.provider,
-            settings.if_include.as_deref().unwrap_or("(unset)"),
-            settings.if_exclude.as_deref().unwrap_or("(unset)")
-        ));
+        return decline_no_device(
+            &my_host,
+            &settings.provider,
+            &format!(
+                "no interface of provider {} is left after btl_usnic_if_include={} \
+                 btl_usnic_if_exclude={}",
+                settings.provider,
+                settings.if_include.as_deref().unwrap_or("(unset)"),
+                settings.if_exclude.as_deref().unwrap_or("(unset)")
+            ),
+        );
     }
     if devices.is_empty() {
         log::verbose(1, || {
@@ -160,10 +212,6 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
     let (mut jobid, mut vpid) = (0u32, 0u32);
     // SAFETY: writes two u32 out-parameters; Open MPI's local proc exists once btl_init runs.
     unsafe { sys::usnic_shim_my_name(&mut jobid, &mut vpid) };
-    // SAFETY: static or Open MPI-owned NUL-terminated string.
-    let my_host = unsafe { std::ffi::CStr::from_ptr(sys::usnic_shim_my_hostname()) }
-        .to_string_lossy()
-        .into_owned();
 
     // The original's rule (150 KiB with one module, 25 KiB with several) counts the interfaces
     // that carry remote traffic; the loopback module only ever serves same-node peers.
@@ -182,10 +230,10 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
         let mut fab = match fabric::Module::open(dev, &cfg) {
             Ok(m) => m,
             Err(e) => {
-                log::error(&format!(
-                    "cannot open interface {}: {e}; skipping it",
-                    dev.name
-                ));
+                show_help!("libfabric API failed",
+                    format!("cannot open interface {}: {e}; skipping it", dev.name);
+                    s(&my_host), s(&dev.name), s(e.call), s(file!()), i(line!()),
+                    s(&e.message), i(e.code));
                 continue;
             }
         };

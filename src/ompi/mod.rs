@@ -30,6 +30,7 @@ mod component;
 mod endpoint;
 pub mod exports;
 mod frag;
+mod help;
 mod lock;
 mod log;
 pub mod modex;

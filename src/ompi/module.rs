@@ -11,6 +11,7 @@ use crate::proto::{Channel, Cookie, Engine, Event, Failure, Instant, PeerId, RxO
 
 use super::endpoint::Endpoint;
 use super::frag::{Frag, FragPool};
+use super::help::show_help;
 use super::log;
 use super::modex::ModexEntry;
 use super::rdma::{RdmaOp, Regions};
@@ -531,7 +532,16 @@ impl ModuleCell {
             self.entry.ipv4,
             timeout
         );
-        log::error(&msg);
+        let (my_host, my_rank) =
+            super::component::with_component(|c| (c.my_host.clone(), c.my_vpid))
+                .unwrap_or_default();
+        show_help!("peer unreachable", msg.clone();
+            s(&my_host),
+            s(format!("rank {my_rank}")),
+            s(&ep.host),
+            s(format!("rank {}", ep.vpid)),
+            s(format!("{} (from local interface {} {})", ep.remote_ipv4, self.info.name, self.entry.ipv4)),
+            i(timeout.min(i32::MAX as u64)));
         if let Some(cb) = self.error_cb.get() {
             let c = std::ffi::CString::new(msg).unwrap_or_default();
             // SAFETY: the PML's error callback (registered through btl_register_error) with the

@@ -98,12 +98,50 @@ pub struct Settings {
     pub faults: Option<FaultConfig>,
 }
 
+/// Why a parameter value is refused. `Display` is the one-line message.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ParamError {
+    /// `btl_usnic_<name>` = `value` cannot be used because of `problem`.
+    Invalid {
+        name: String,
+        value: String,
+        problem: String,
+    },
+    /// Both interface lists set.
+    IncludeAndExclude { include: String, exclude: String },
+}
+
+impl ParamError {
+    pub fn invalid(name: &str, value: impl ToString, problem: impl Into<String>) -> Self {
+        ParamError::Invalid {
+            name: name.into(),
+            value: value.to_string(),
+            problem: problem.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for ParamError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ParamError::Invalid {
+                name,
+                value,
+                problem,
+            } => write!(f, "btl_usnic_{name}={value} is invalid ({problem})"),
+            ParamError::IncludeAndExclude { .. } => f.write_str(
+                "btl_usnic_if_include and btl_usnic_if_exclude are mutually exclusive; set only one",
+            ),
+        }
+    }
+}
+
 /// Default priority-channel MTU, the original's `max_tiny_msg_size`.
 pub const DEFAULT_PRIORITY_LIMIT: usize = 768;
 /// The original's default rendezvous first-fragment size.
 pub const DEFAULT_RNDV_EAGER_LIMIT: usize = 500;
 
-fn opt_string(name: &str, p: *const c_char) -> Result<Option<String>, String> {
+fn opt_string(name: &str, p: *const c_char) -> Result<Option<String>, ParamError> {
     if p.is_null() {
         return Ok(None);
     }
@@ -112,7 +150,7 @@ fn opt_string(name: &str, p: *const c_char) -> Result<Option<String>, String> {
     let s = unsafe { CStr::from_ptr(p) };
     let s = s
         .to_str()
-        .map_err(|_| format!("btl_usnic_{name} is not valid UTF-8"))?
+        .map_err(|_| ParamError::invalid(name, s.to_string_lossy(), "not valid UTF-8"))?
         .trim();
     Ok(if s.is_empty() {
         None
@@ -121,23 +159,23 @@ fn opt_string(name: &str, p: *const c_char) -> Result<Option<String>, String> {
     })
 }
 
-fn at_least(name: &str, v: c_int, min: c_int) -> Result<c_int, String> {
+fn at_least(name: &str, v: c_int, min: c_int) -> Result<c_int, ParamError> {
     if v < min {
-        Err(format!(
-            "btl_usnic_{name}={v} is invalid (must be >= {min})"
-        ))
+        Err(ParamError::invalid(name, v, format!("must be >= {min}")))
     } else {
         Ok(v)
     }
 }
 
 /// `-1` means automatic; otherwise at least `min`.
-fn auto_or(name: &str, v: c_int, min: c_int) -> Result<Option<usize>, String> {
+fn auto_or(name: &str, v: c_int, min: c_int) -> Result<Option<usize>, ParamError> {
     if v == -1 {
         Ok(None)
     } else if v < min {
-        Err(format!(
-            "btl_usnic_{name}={v} is invalid (must be -1 for automatic, or >= {min})"
+        Err(ParamError::invalid(
+            name,
+            v,
+            format!("must be -1 for automatic, or >= {min}"),
         ))
     } else {
         Ok(Some(v as usize))
@@ -145,7 +183,7 @@ fn auto_or(name: &str, v: c_int, min: c_int) -> Result<Option<usize>, String> {
 }
 
 /// `btl_usnic_rdma`: empty/"none", or a comma list of "put" and "get".
-fn parse_rdma(v: Option<&str>) -> Result<(bool, bool), String> {
+fn parse_rdma(v: Option<&str>) -> Result<(bool, bool), ParamError> {
     let mut out = (false, false);
     for tok in v.unwrap_or("").split(',').map(str::trim) {
         match tok {
@@ -153,11 +191,13 @@ fn parse_rdma(v: Option<&str>) -> Result<(bool, bool), String> {
             "put" => out.0 = true,
             "get" => out.1 = true,
             other => {
-                return Err(format!(
-                "btl_usnic_rdma={} is invalid (\"none\", or a comma list of \"put\" and \"get\"; \
-                     \"{other}\" is neither)",
-                v.unwrap_or("")
-            ))
+                return Err(ParamError::invalid(
+                    "rdma",
+                    v.unwrap_or(""),
+                    format!(
+                        "\"none\", or a comma list of \"put\" and \"get\"; \"{other}\" is neither"
+                    ),
+                ))
             }
         }
     }
@@ -165,17 +205,15 @@ fn parse_rdma(v: Option<&str>) -> Result<(bool, bool), String> {
 }
 
 /// A `btl_usnic_fault_*` percentage as a fraction.
-fn percent(name: &str, v: f64) -> Result<f64, String> {
+fn percent(name: &str, v: f64) -> Result<f64, ParamError> {
     if v.is_finite() && (0.0..=100.0).contains(&v) {
         Ok(v / 100.0)
     } else {
-        Err(format!(
-            "btl_usnic_{name}={v} is invalid (a percentage, 0..100)"
-        ))
+        Err(ParamError::invalid(name, v, "a percentage, 0..100"))
     }
 }
 
-fn fault_config(p: &usnic_rs_params_t) -> Result<Option<FaultConfig>, String> {
+fn fault_config(p: &usnic_rs_params_t) -> Result<Option<FaultConfig>, ParamError> {
     let cfg = FaultConfig {
         seed: p.fault_seed as u32 as u64,
         send_drop: percent("fault_send_drop", p.fault_send_drop)?,
@@ -199,43 +237,47 @@ impl Settings {
     }
 
     /// Checks every value; the error is one line naming the parameter.
-    pub fn from_params(p: &usnic_rs_params_t) -> Result<Settings, String> {
+    pub fn from_params(p: &usnic_rs_params_t) -> Result<Settings, ParamError> {
         let if_include = opt_string("if_include", p.if_include)?;
         let if_exclude = opt_string("if_exclude", p.if_exclude)?;
-        if if_include.is_some() && if_exclude.is_some() {
-            return Err(
-                "btl_usnic_if_include and btl_usnic_if_exclude are mutually exclusive; set only one"
-                    .into(),
-            );
+        if let (Some(include), Some(exclude)) = (&if_include, &if_exclude) {
+            return Err(ParamError::IncludeAndExclude {
+                include: include.clone(),
+                exclude: exclude.clone(),
+            });
         }
         let provider = opt_string("provider", p.provider)?
-            .ok_or_else(|| "btl_usnic_provider must name a libfabric provider".to_string())?;
+            .ok_or_else(|| ParamError::invalid("provider", "", "must name a libfabric provider"))?;
         let window = at_least("window", p.window, 1)?;
         if window > 4096 {
-            return Err(format!(
-                "btl_usnic_window={window} is invalid (must be 1..4096)"
-            ));
+            return Err(ParamError::invalid("window", window, "must be 1..4096"));
         }
         let priority_limit = match at_least("priority_limit", p.priority_limit, 0)? {
             0 => DEFAULT_PRIORITY_LIMIT,
             v if v < 128 => {
-                return Err(format!(
-                    "btl_usnic_priority_limit={v} is invalid (0 for the default {DEFAULT_PRIORITY_LIMIT}, or >= 128)"
+                return Err(ParamError::invalid(
+                    "priority_limit",
+                    v,
+                    format!("0 for the default {DEFAULT_PRIORITY_LIMIT}, or >= 128"),
                 ))
             }
             v => v as usize,
         };
         let mtu = at_least("mtu", p.mtu, 0)? as usize;
         if mtu != 0 && mtu < 512 {
-            return Err(format!(
-                "btl_usnic_mtu={mtu} is invalid (0 for the interface MTU, or >= 512)"
+            return Err(ParamError::invalid(
+                "mtu",
+                mtu,
+                "0 for the interface MTU, or >= 512",
             ));
         }
         let rndv = at_least("rndv_eager_limit", p.rndv_eager_limit, 0)? as usize;
         let eager = at_least("eager_limit", p.eager_limit, 0)? as usize;
         if eager != 0 && eager < 1024 {
-            return Err(format!(
-                "btl_usnic_eager_limit={eager} is invalid (0 for automatic, or >= 1024)"
+            return Err(ParamError::invalid(
+                "eager_limit",
+                eager,
+                "0 for automatic, or >= 1024",
             ));
         }
         at_least("av_eq_num", p.av_eq_num, 1)?;
@@ -247,8 +289,10 @@ impl Settings {
         )?;
         let base_udp_port = at_least("base_udp_port", p.base_udp_port, 0)?;
         if base_udp_port > 65535 {
-            return Err(format!(
-                "btl_usnic_base_udp_port={base_udp_port} is invalid (must be 0..65535)"
+            return Err(ParamError::invalid(
+                "base_udp_port",
+                base_udp_port,
+                "must be 0..65535",
             ));
         }
         Ok(Settings {
@@ -395,7 +439,7 @@ pub(crate) mod tests {
         let mut p = defaults(&prov);
         p.if_include = inc.as_ptr() as *mut c_char;
         p.if_exclude = exc.as_ptr() as *mut c_char;
-        let e = Settings::from_params(&p).unwrap_err();
+        let e = Settings::from_params(&p).unwrap_err().to_string();
         assert!(e.contains("mutually exclusive"), "{e}");
         // Either one alone is fine.
         p.if_exclude = core::ptr::null_mut();
@@ -421,7 +465,7 @@ pub(crate) mod tests {
         for (name, set) in cases {
             let mut p = defaults(&prov);
             set(&mut p);
-            let e = Settings::from_params(&p).unwrap_err();
+            let e = Settings::from_params(&p).unwrap_err().to_string();
             assert!(e.starts_with(name), "{name}: {e}");
             assert!(!e.contains('\n'));
         }
@@ -433,7 +477,7 @@ pub(crate) mod tests {
         assert_eq!(parse_rdma(Some("none")), Ok((false, false)));
         assert_eq!(parse_rdma(Some("put")), Ok((true, false)));
         assert_eq!(parse_rdma(Some("get, put")), Ok((true, true)));
-        let e = parse_rdma(Some("put,rget")).unwrap_err();
+        let e = parse_rdma(Some("put,rget")).unwrap_err().to_string();
         assert!(
             e.starts_with("btl_usnic_rdma=put,rget") && e.contains("rget"),
             "{e}"
@@ -470,7 +514,7 @@ pub(crate) mod tests {
         for (want, set) in cases {
             let mut p = defaults(&prov);
             set(&mut p);
-            let e = Settings::from_params(&p).unwrap_err();
+            let e = Settings::from_params(&p).unwrap_err().to_string();
             assert!(e.starts_with(want), "{want}: {e}");
         }
     }
@@ -478,7 +522,9 @@ pub(crate) mod tests {
     #[test]
     fn empty_provider_is_refused() {
         let prov = CString::new("  ").unwrap();
-        let e = Settings::from_params(&defaults(&prov)).unwrap_err();
+        let e = Settings::from_params(&defaults(&prov))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("btl_usnic_provider"), "{e}");
     }
 }
