@@ -236,6 +236,51 @@ fn pingpong_over_usnic_verifies_every_byte() {
     assert_eq!(busy, 2, "{err}");
 }
 
+#[test]
+fn healthy_run_prints_nothing() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let o = mpirun(
+        2,
+        &["--mca", "btl", "usnic,self"],
+        &["pingpong", "200000", "5"],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("OK: 0 errors"), "{out}");
+    // Neither our messages, nor tracing events, nor anything else.
+    assert_eq!(err, "", "a healthy run printed on stderr");
+    // Control: with btl_usnic_verbose the same run does print, each tracing line with its rank.
+    let o = mpirun(
+        2,
+        &[
+            "--mca",
+            "btl",
+            "usnic,self",
+            "--mca",
+            "btl_usnic_verbose",
+            "10",
+        ],
+        &["pingpong", "1000", "2"],
+    );
+    let (_, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let traced: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains(" DEBUG ") || l.contains(" INFO "))
+        .collect();
+    assert!(!traced.is_empty(), "{err}");
+    for rank in ["0", "1"] {
+        let tag = format!("] btl:usnic: rank {rank} ");
+        assert!(traced.iter().any(|l| l.contains(&tag)), "{err}");
+    }
+    assert!(
+        traced
+            .iter()
+            .all(|l| l.starts_with('[') && l.contains("] btl:usnic: rank ")),
+        "{err}"
+    );
+}
+
 /// Number of ranks (distinct `[host:pid]` prefixes) with a final statistics line matching `f`.
 fn per_rank(err: &str, f: impl Fn(&str) -> bool) -> usize {
     let mut ranks: Vec<&str> = err

@@ -74,19 +74,6 @@ pub fn module_id(jobid: u32, vpid: u32, index: u32) -> u64 {
     splitmix64(((jobid as u64) << 32 | vpid as u64) ^ splitmix64(index as u64 + 1))
 }
 
-fn init_tracing(verbosity: u32) {
-    let level = match verbosity {
-        0 => tracing::Level::WARN,
-        1..=9 => tracing::Level::INFO,
-        10..=49 => tracing::Level::DEBUG,
-        _ => tracing::Level::TRACE,
-    };
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_max_level(level)
-        .try_init();
-}
-
 fn fabric_config(s: &Settings) -> Result<FabricConfig, ParamError> {
     let list = |name: &str, v: &Option<String>| match v {
         None => Ok(Vec::new()),
@@ -165,7 +152,10 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
         Err(e) => return decline_param(&my_host, &e),
     };
     log::set_verbosity(settings.verbose);
-    init_tracing(log::verbosity());
+    let (mut jobid, mut vpid) = (0u32, 0u32);
+    // SAFETY: writes two u32 out-parameters; Open MPI's local proc exists once btl_init runs.
+    unsafe { sys::usnic_shim_my_name(&mut jobid, &mut vpid) };
+    log::init_tracing(&my_host, vpid);
     // The lock is needed with MPI threads, and whenever the ACK helper thread runs.
     lock::set_threaded(mpi_threads || settings.ack_thread);
     if settings.base_udp_port != 0 {
@@ -208,10 +198,6 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
         });
         return OPAL_SUCCESS;
     }
-
-    let (mut jobid, mut vpid) = (0u32, 0u32);
-    // SAFETY: writes two u32 out-parameters; Open MPI's local proc exists once btl_init runs.
-    unsafe { sys::usnic_shim_my_name(&mut jobid, &mut vpid) };
 
     // The original's rule (150 KiB with one module, 25 KiB with several) counts the interfaces
     // that carry remote traffic; the loopback module only ever serves same-node peers.
