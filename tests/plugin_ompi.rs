@@ -41,7 +41,7 @@ fn workdir() -> &'static Path {
         )
         .unwrap();
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/plugin");
-        for prog in ["pingpong", "stall", "compute", "threads"] {
+        for prog in ["pingpong", "stall", "compute", "threads", "idle"] {
             let st = Command::new("mpicc")
                 .args(["-O2", "-pthread"])
                 .arg("-o")
@@ -279,6 +279,134 @@ fn healthy_run_prints_nothing() {
             .all(|l| l.starts_with('[') && l.contains("] btl:usnic: rank ")),
         "{err}"
     );
+}
+
+#[test]
+fn stray_and_oversize_datagrams_on_idle_modules_are_counted() {
+    use std::io::{BufRead, BufReader};
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // Same-node ranks pair over lo, so the eth0 (non-loopback) modules have no peer: before,
+    // they were never polled and datagrams sent to them were never read.
+    let mut c = ompi("mpirun");
+    c.args([
+        "-np",
+        "2",
+        "--mca",
+        "pml",
+        "ob1",
+        "--mca",
+        "btl",
+        "usnic,self",
+        "--mca",
+        "btl_usnic_verbose",
+        "10",
+        "--mca",
+        "btl_usnic_stats",
+        "3600",
+    ])
+    .arg(workdir().join("idle"))
+    .arg("4")
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().expect("spawn mpirun");
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        let mut all = String::new();
+        for l in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(l.clone());
+            all.push_str(&l);
+            all.push('\n');
+        }
+        all
+    });
+    // "usnic module eth0 192.0.2.2: priority port P (mtu 768, ...), data port D (mtu 1372, ...)"
+    let mut targets: Vec<(String, u16, usize)> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut modules = 0;
+    while modules < 2 && Instant::now() < deadline {
+        let Ok(l) = rx.recv_timeout(Duration::from_secs(1)) else {
+            continue;
+        };
+        let Some(rest) = l.split("usnic module ").nth(1) else {
+            continue;
+        };
+        let mut w = rest.split_whitespace();
+        let (iface, ip) = (
+            w.next().unwrap_or(""),
+            w.next().unwrap_or("").trim_end_matches(':'),
+        );
+        if iface == "lo" {
+            continue;
+        }
+        modules += 1;
+        let num = |key: &str| -> usize {
+            let after = rest.split(key).nth(1).unwrap_or("");
+            after
+                .trim_start()
+                .split(|ch: char| !ch.is_ascii_digit())
+                .next()
+                .unwrap_or("")
+                .parse()
+                .unwrap_or(0)
+        };
+        for (port_key, mtu_at) in [
+            ("priority port", "priority port"),
+            ("data port", "data port"),
+        ] {
+            let port = num(port_key) as u16;
+            let mtu_text = rest.split(mtu_at).nth(1).unwrap_or("");
+            let mtu = mtu_text
+                .split("mtu ")
+                .nth(1)
+                .and_then(|t| t.split(|ch: char| !ch.is_ascii_digit()).next())
+                .and_then(|t| t.parse().ok())
+                .unwrap_or(0);
+            assert!(port > 0 && mtu > 0, "cannot parse {l}");
+            targets.push((ip.to_string(), port, mtu));
+        }
+    }
+    assert_eq!(modules, 2, "no non-loopback module reported its ports");
+    let sock = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    for (ip, port, mtu) in &targets {
+        for i in 0..10u8 {
+            // Garbage inside the MTU: dropped as malformed.
+            sock.send_to(&[i ^ 0x5a; 40], (ip.as_str(), *port)).unwrap();
+        }
+        for _ in 0..5 {
+            // Longer than the channel's MTU: truncated by the fabric, counted as oversize.
+            sock.send_to(&vec![0u8; mtu + 100], (ip.as_str(), *port))
+                .unwrap();
+        }
+    }
+    let st = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            Instant::now() < deadline + Duration::from_secs(60),
+            "job hangs"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let err = reader.join().unwrap();
+    assert!(st.success(), "{err}");
+    let eth: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("stats (final)") && !l.contains(" iface=lo "))
+        .collect();
+    assert_eq!(eth.len(), 2, "{err}");
+    let sum = |key: &str| -> u64 {
+        let want = format!("{key}=");
+        eth.iter()
+            .flat_map(|l| l.split_whitespace())
+            .filter_map(|w| w.strip_prefix(&want))
+            .map(|v| v.parse::<u64>().unwrap())
+            .sum()
+    };
+    // 2 ranks x 2 channels x 5 oversize datagrams, x 10 garbage ones.
+    assert_eq!(sum("oversize_recvs"), 20, "{err}");
+    assert_eq!(sum("malformed_recvs"), 40, "{err}");
 }
 
 /// Number of ranks (distinct `[host:pid]` prefixes) with a final statistics line matching `f`.
