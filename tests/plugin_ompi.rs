@@ -642,6 +642,34 @@ fn invalid_parameters_show_help() {
             "{b}"
         );
     }
+    // A connectivity map that cannot be written: said, and the job goes on over usnic.
+    let o = mpirun(
+        2,
+        &[
+            "--mca",
+            "btl",
+            "usnic,self",
+            "--mca",
+            "btl_usnic_connectivity_map",
+            "/nonexistent-dir/map",
+        ],
+        &["pingpong", "1024", "2"],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    let blocks = help_blocks(&err);
+    assert!(!blocks.is_empty(), "{err}");
+    let head = format!(
+        "The usnic BTL could not write its connectivity map file. The job goes\n\
+         on without it.\n\n  Host:              {}\n  File:              /nonexistent-dir/map-",
+        hostname()
+    );
+    for b in &blocks {
+        assert!(
+            b.starts_with(&head) && b.contains("\n  Error:             No such file or directory"),
+            "{b}"
+        );
+    }
 }
 
 #[test]

@@ -264,10 +264,12 @@ fn write_map(c: &Component, m: &ModuleCell, prefix: &str, lines: &[String]) {
             Ok(())
         });
     if let Err(e) = res {
-        log::error(&format!(
-            "cannot write connectivity map {path} for module {}: {e}",
-            m.info.name
-        ));
+        let cwd = std::env::current_dir()
+            .map(|d| d.display().to_string())
+            .unwrap_or_else(|e| format!("(unknown: {e})"));
+        show_help!("cannot write to map file",
+            format!("cannot write connectivity map {path} for module {}: {e}", m.info.name);
+            s(&c.my_host), s(&path), s(&cwd), s(&e));
     }
 }
 
