@@ -532,9 +532,10 @@ impl ModuleCell {
             self.entry.ipv4,
             timeout
         );
+        // (During component close the component is already taken out of its cell.)
         let (my_host, my_rank) =
-            super::component::with_component(|c| (c.my_host.clone(), c.my_vpid))
-                .unwrap_or_default();
+            super::component::with_component(|c| (c.my_host.clone(), c.my_vpid.to_string()))
+                .unwrap_or_else(|| (super::component::my_hostname(), "(closing)".into()));
         show_help!("peer unreachable", msg.clone();
             s(&my_host),
             s(format!("rank {my_rank}")),
