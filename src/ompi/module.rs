@@ -580,3 +580,15 @@ fn deliver(btl: *mut sys::mca_btl_base_module_t, tag: u8, data: *mut u8, len: us
         ));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fi_etrunc_is_libfabrics_truncation_code() {
+        // libfabric's own text for the code, so a wrong constant cannot go unnoticed.
+        let e = fabric::FabricError::from_ret("test", -(FI_ETRUNC as i64));
+        assert!(e.message.to_lowercase().contains("trunc"), "{e}");
+    }
+}
