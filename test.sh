@@ -100,6 +100,7 @@ step suite env SUITE_QUICK=1 tests/suite/mpi4py.sh
 step netns tests/run-netns.sh
 step connectivity tests/connectivity/netns.sh
 step deadpeer tests/deadpeer.sh
+step faults tests/suite/faults.sh
 
 echo
 echo "=== summary (logs in $logdir)"

@@ -21,7 +21,7 @@ set -euo pipefail
 USNIC_DGRAM_PARAM=${USNIC_DGRAM_PARAM:-btl_usnic_mtu}
 # MCA parameter of btl usnic's fault injection: drop this percentage of outgoing datagrams (one-host --loss).
 # Empty = one-host loss runs of usnic are reported as not available for that reason.
-USNIC_LOSS_PARAM=${USNIC_LOSS_PARAM:-}
+USNIC_LOSS_PARAM=${USNIC_LOSS_PARAM:-btl_usnic_fault_send_drop}
 # Extra MCA arguments for the usnic configuration (e.g. "--mca btl_usnic_if_include lo").
 USNIC_EXTRA_MCA=${USNIC_EXTRA_MCA:-}
 # ---------------------------------------------------------------------------------------------------------

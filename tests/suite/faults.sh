@@ -14,7 +14,7 @@
 #   FAULT_NP=2  FAULT_HOSTS=2    ranks and hosts
 #   FAULT_ONLY="clean loss5"     run only these rows (names from the first column)
 #   FAULT_PROGRAMS=1         also run tests/run-netns.sh (project programs) under every netem fault
-#   USNIC_FAULT_DUP_MCA      MCA args of the BTL's injector for duplication (see lib.sh; not defined yet)
+#   USNIC_FAULT_DUP_MCA      MCA args of the BTL's own injector for the duplication row (cluster netem cannot duplicate)
 #   USNIC_STATS_MCA          MCA args that make the BTL print its statistics (default --mca btl_usnic_stats 3600)
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -34,7 +34,7 @@ mkdir -p "$OUT"
 # HOOK (fill in when the plugin defines them, issue 4 point 3): the usnic BTL's own fault injector.
 # netns-cluster.sh cannot duplicate packets (its netem emulation refuses "duplicate"), so duplication
 # comes from the BTL's injector, e.g. "--mca btl_usnic_fault_dup 0.01 --mca btl_usnic_fault_seed 7".
-USNIC_FAULT_DUP_MCA=${USNIC_FAULT_DUP_MCA:-}   # <-- FILL IN: MCA args for 1 % duplicated datagrams
+USNIC_FAULT_DUP_MCA=${USNIC_FAULT_DUP_MCA:---mca btl_usnic_fault_send_dup 1 --mca btl_usnic_fault_seed 7}   # 1 % duplicated datagrams
 # ---------------------------------------------------------------------------------------------
 
 # name | mechanism | netem spec on h2 (both directions) or "mca"
@@ -66,8 +66,8 @@ retrans_of() {
     suite_is_usnic "$BTL" || { echo "n/a (tcp)"; return; }
     # the suite's runs only (ranks write to rank.N; not the preflight job, which is not measured)
     local logs=("$dir"/*-np*-*/rank.* "$dir"/*-np*-*/mpirun.log)
-    rs=$(grep -hoE 'stats \(final\) .*resends timeout [0-9]+ fast [0-9]+' "${logs[@]}" 2>/dev/null |
-        sed -E 's/.*resends timeout ([0-9]+) fast ([0-9]+)$/\1 \2/')
+    rs=$(grep -hE 'btl:usnic: stats \(final\) ' "${logs[@]}" 2>/dev/null |
+        sed -nE 's/.* resends_timeout=([0-9]+) resends_fast=([0-9]+).*/\1 \2/p')
     if [ -z "$rs" ]; then
         rs=$(grep -hoE 'R\(T\+F\)/A: *[0-9]+\([0-9]+\+[0-9]+\)/[0-9]+/[0-9]+/[0-9]+\([0-9]+\+[0-9]+\)' "${logs[@]}" 2>/dev/null |
             sed -E 's/.*\/[0-9]+\(([0-9]+)\+([0-9]+)\)$/\1 \2/')
