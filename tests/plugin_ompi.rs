@@ -1057,3 +1057,76 @@ fn same_node_switch_and_connectivity_map() {
         "{err}"
     );
 }
+
+/// `sends` of every statistics line of the loopback module (the one carrying same-node
+/// traffic) of rank `rank`, in order, as (final?, value).
+fn lo_sends(err: &str, rank: u32) -> Vec<(bool, u64)> {
+    let want_rank = format!("rank={rank}");
+    err.lines()
+        .filter(|l| l.contains("btl:usnic: stats"))
+        .filter(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            w.contains(&want_rank.as_str()) && w.contains(&"iface=lo")
+        })
+        .map(|l| {
+            let v = l
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("sends="))
+                .expect("a sends= counter")
+                .parse()
+                .expect("numeric counter");
+            (l.contains("stats (final)"), v)
+        })
+        .collect()
+}
+
+#[test]
+fn periodic_statistics_are_cumulative_or_relative() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // Rank 0 sends 100 messages, then waits inside MPI for about 5 s while rank 1 computes:
+    // with btl_usnic_stats 1 its progress prints a line about every second.
+    let run = |relative: &str| {
+        let o = mpirun(
+            2,
+            &[
+                "--mca",
+                "btl",
+                "usnic,self",
+                "--mca",
+                "btl_usnic_stats",
+                "1",
+                "--mca",
+                "btl_usnic_stats_relative",
+                relative,
+            ],
+            &["compute"],
+        );
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+        let lines = lo_sends(&err, 0);
+        let periodic: Vec<u64> = lines.iter().filter(|l| !l.0).map(|l| l.1).collect();
+        let finals: Vec<u64> = lines.iter().filter(|l| l.0).map(|l| l.1).collect();
+        assert!(periodic.len() >= 3, "want >= 3 periodic lines:\n{err}");
+        assert_eq!(finals.len(), 1, "want one final line:\n{err}");
+        assert!(finals[0] >= 100, "the final line is cumulative:\n{err}");
+        (periodic, finals[0], err)
+    };
+    let (cumulative, fin, err) = run("0");
+    assert!(
+        cumulative.windows(2).all(|w| w[0] <= w[1]) && *cumulative.last().unwrap() <= fin,
+        "cumulative lines never decrease:\n{err}"
+    );
+    assert!(
+        *cumulative.last().unwrap() >= 100,
+        "after the 100 sends, a cumulative line counts them:\n{err}"
+    );
+    let (relative, fin, err) = run("1");
+    assert!(
+        relative.iter().sum::<u64>() <= fin,
+        "relative lines add up to at most the total:\n{err}"
+    );
+    assert!(
+        *relative.last().unwrap() < 100,
+        "while idle, a relative line shows the change, not the 100 earlier sends:\n{err}"
+    );
+}
