@@ -98,6 +98,7 @@ step mca scripts/mca-table.sh --check README.md
 step mpi tests/run-mpi.sh
 step suite env SUITE_QUICK=1 tests/suite/mpi4py.sh
 step netns tests/run-netns.sh
+step suite-netns env SUITE_QUICK=1 SUITE_PROGRAMS=0 tests/suite/netns.sh
 step connectivity tests/connectivity/netns.sh
 step deadpeer tests/deadpeer.sh
 step faults tests/suite/faults.sh
