@@ -50,6 +50,16 @@ typedef struct {
   bool ack_thread;
   int rto_min;
   char *rdma;
+  /*
+   Fault injector (hidden, level 9): seed, percentages 0..100, delay.
+   */
+  int fault_seed;
+  double fault_send_drop;
+  double fault_send_dup;
+  double fault_send_delay;
+  double fault_recv_drop;
+  double fault_recv_dup;
+  int fault_delay_us;
 } usnic_rs_params_t;
 
 /*

@@ -5,11 +5,12 @@ use std::collections::HashSet;
 use crate::fabric::{self, FabricConfig};
 use crate::proto::{Channel, Engine, Instant, Stats};
 
+use super::help::show_help;
 use super::lock::{self, Shared};
 use super::log;
 use super::modex::{self, ModexEntry};
 use super::module::{ModuleCell, ModuleInfo, ModuleState};
-use super::params::{usnic_rs_params_t, Settings};
+use super::params::{usnic_rs_params_t, ParamError, Settings};
 use super::status::*;
 use super::sys;
 
@@ -73,23 +74,12 @@ pub fn module_id(jobid: u32, vpid: u32, index: u32) -> u64 {
     splitmix64(((jobid as u64) << 32 | vpid as u64) ^ splitmix64(index as u64 + 1))
 }
 
-fn init_tracing(verbosity: u32) {
-    let level = match verbosity {
-        0 => tracing::Level::WARN,
-        1..=9 => tracing::Level::INFO,
-        10..=49 => tracing::Level::DEBUG,
-        _ => tracing::Level::TRACE,
-    };
-    let _ = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_max_level(level)
-        .try_init();
-}
-
-fn fabric_config(s: &Settings) -> Result<FabricConfig, String> {
+fn fabric_config(s: &Settings) -> Result<FabricConfig, ParamError> {
     let list = |name: &str, v: &Option<String>| match v {
         None => Ok(Vec::new()),
-        Some(v) => fabric::parse_if_list(v).map_err(|e| format!("btl_usnic_{name}: {e}")),
+        Some(v) => {
+            fabric::parse_if_list(v).map_err(|e| ParamError::invalid(name, v, e.to_string()))
+        }
     };
     let d = FabricConfig::default();
     Ok(FabricConfig {
@@ -117,36 +107,88 @@ fn decline(msg: &str) -> i32 {
     OPAL_SUCCESS
 }
 
+/// This host's name, as Open MPI knows it.
+fn my_hostname() -> String {
+    if cfg!(test) {
+        return "localhost".into();
+    }
+    // SAFETY: static or Open MPI-owned NUL-terminated string.
+    unsafe { std::ffi::CStr::from_ptr(sys::usnic_shim_my_hostname()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Decline because of a parameter (help topics "invalid mca param", "if_include and
+/// if_exclude").
+fn decline_param(host: &str, e: &ParamError) -> i32 {
+    let fallback = format!("{e}; the usnic BTL disables itself");
+    match e {
+        ParamError::Invalid {
+            name,
+            value,
+            problem,
+        } => show_help!("invalid mca param", fallback;
+            s(host), s(name), s(value), s(problem)),
+        ParamError::IncludeAndExclude { include, exclude } => {
+            show_help!("if_include and if_exclude", fallback; s(host), s(include), s(exclude))
+        }
+    }
+    OPAL_SUCCESS
+}
+
+/// Decline: no device (help topic "no usable device").
+fn decline_no_device(host: &str, provider: &str, reason: &str) -> i32 {
+    show_help!("no usable device",
+        format!("no usable interface: {reason}; the usnic BTL disables itself");
+        s(host), s(provider), s(reason));
+    OPAL_SUCCESS
+}
+
 /// Component init: returns OPAL_SUCCESS with `*num` modules (0 = declined).
 pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32 {
     *num = 0;
+    let my_host = my_hostname();
     let settings = match Settings::from_params(params) {
         Ok(s) => s,
-        Err(e) => return decline(&e),
+        Err(e) => return decline_param(&my_host, &e),
     };
     log::set_verbosity(settings.verbose);
-    init_tracing(log::verbosity());
+    let (mut jobid, mut vpid) = (0u32, 0u32);
+    // SAFETY: writes two u32 out-parameters; Open MPI's local proc exists once btl_init runs.
+    unsafe { sys::usnic_shim_my_name(&mut jobid, &mut vpid) };
+    log::init_tracing(&my_host, vpid);
     // The lock is needed with MPI threads, and whenever the ACK helper thread runs.
     lock::set_threaded(mpi_threads || settings.ack_thread);
     if settings.base_udp_port != 0 {
-        return decline("btl_usnic_base_udp_port is not supported (must be 0)");
+        return decline_param(
+            &my_host,
+            &ParamError::invalid(
+                "base_udp_port",
+                settings.base_udp_port,
+                "not supported (must be 0)",
+            ),
+        );
     }
     let cfg = match fabric_config(&settings) {
         Ok(c) => c,
-        Err(e) => return decline(&e),
+        Err(e) => return decline_param(&my_host, &e),
     };
     let devices = match fabric::discover(&cfg) {
         Ok(d) => d,
-        Err(e) => return decline(&format!("no usable interface: {e}")),
+        Err(e) => return decline_no_device(&my_host, &settings.provider, &e.to_string()),
     };
     if devices.is_empty() && (settings.if_include.is_some() || settings.if_exclude.is_some()) {
-        return decline(&format!(
-            "no interface of provider {} is left after btl_usnic_if_include={} \
-             btl_usnic_if_exclude={}",
-            settings.provider,
-            settings.if_include.as_deref().unwrap_or("(unset)"),
-            settings.if_exclude.as_deref().unwrap_or("(unset)")
-        ));
+        return decline_no_device(
+            &my_host,
+            &settings.provider,
+            &format!(
+                "no interface of provider {} is left after btl_usnic_if_include={} \
+                 btl_usnic_if_exclude={}",
+                settings.provider,
+                settings.if_include.as_deref().unwrap_or("(unset)"),
+                settings.if_exclude.as_deref().unwrap_or("(unset)")
+            ),
+        );
     }
     if devices.is_empty() {
         log::verbose(1, || {
@@ -158,13 +200,6 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
         return OPAL_SUCCESS;
     }
 
-    let (mut jobid, mut vpid) = (0u32, 0u32);
-    // SAFETY: writes two u32 out-parameters; Open MPI's local proc exists once btl_init runs.
-    unsafe { sys::usnic_shim_my_name(&mut jobid, &mut vpid) };
-    // SAFETY: static or Open MPI-owned NUL-terminated string.
-    let my_host = unsafe { std::ffi::CStr::from_ptr(sys::usnic_shim_my_hostname()) }
-        .to_string_lossy()
-        .into_owned();
     super::connectivity::edge::start(
         super::connectivity::edge::Setup {
             enabled: settings.connectivity_check,
@@ -192,17 +227,23 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
     };
     let mut modules = Vec::new();
     for dev in &devices {
-        let fab = match fabric::Module::open(dev, &cfg) {
+        let mut fab = match fabric::Module::open(dev, &cfg) {
             Ok(m) => m,
             Err(e) => {
-                log::error(&format!(
-                    "cannot open interface {}: {e}; skipping it",
-                    dev.name
-                ));
+                show_help!("libfabric API failed",
+                    format!("cannot open interface {}: {e}; skipping it", dev.name);
+                    s(&my_host), s(&dev.name), s(e.call), s(file!()), i(line!()),
+                    s(&e.message), i(e.code));
                 continue;
             }
         };
         let index = modules.len() as u32;
+        if let Some(f) = settings.module_faults(vpid, index) {
+            if let Err(e) = fab.set_faults(f) {
+                return decline(&format!("btl_usnic_fault_*: {e}"));
+            }
+            log::verbose(1, || format!("module {index}: fault injection {f:?}"));
+        }
         let data_mtu = fab.channel_mtu(Channel::Data);
         let prio_mtu = fab.channel_mtu(Channel::Priority);
         let mut ec = settings.engine_config(data_mtu, prio_mtu);
@@ -359,7 +400,84 @@ pub fn progress() -> i32 {
     .unwrap_or(0)
 }
 
-/// One statistics line per module (the original's counter names where they exist).
+/// Every counter of the protocol core, by its `Stats` field name (the statistics line's keys;
+/// a unit test checks that none is missing).
+pub fn core_counters(s: &Stats) -> [(&'static str, u64); 24] {
+    [
+        ("sends", s.sends),
+        ("frag_sends", s.frag_sends),
+        ("chunk_sends", s.chunk_sends),
+        ("resends_timeout", s.resends_timeout),
+        ("resends_fast", s.resends_fast),
+        ("acks_alone", s.acks_alone),
+        ("acks_piggybacked", s.acks_piggybacked),
+        ("recvs", s.recvs),
+        ("dup_recvs", s.dup_recvs),
+        ("oow_low_recvs", s.oow_low_recvs),
+        ("oow_high_recvs", s.oow_high_recvs),
+        ("malformed_recvs", s.malformed_recvs),
+        ("wrong_key_recvs", s.wrong_key_recvs),
+        ("unknown_sender_recvs", s.unknown_sender_recvs),
+        ("bad_chunk_recvs", s.bad_chunk_recvs),
+        ("refused_writes", s.refused_writes),
+        ("refused_gets", s.refused_gets),
+        ("ack_recvs", s.ack_recvs),
+        ("dup_acks", s.dup_acks),
+        ("old_acks", s.old_acks),
+        ("credits_exhausted", s.credits_exhausted),
+        ("bytes_sent", s.bytes_sent),
+        ("bytes_received", s.bytes_received),
+        ("peers_failed", s.peers_failed),
+    ]
+}
+
+/// The statistics line of one module (format documented in docs/operations.md): a marker,
+/// then space-separated `key=value` pairs, keys never change meaning.
+pub fn stats_line(
+    rank: u32,
+    m: &ModuleCell,
+    now: &Stats,
+    base: &Stats,
+    st: &super::module::ModuleState,
+    faults: bool,
+    last: bool,
+) -> String {
+    use std::fmt::Write;
+    let mut line = format!(
+        "stats{} rank={rank} module={} iface={}",
+        if last { " (final)" } else { "" },
+        m.index,
+        m.info.name
+    );
+    for ((k, v), (_, b)) in core_counters(now).into_iter().zip(core_counters(base)) {
+        let _ = write!(line, " {k}={}", v.saturating_sub(b));
+    }
+    let _ = write!(
+        line,
+        " oversize_recvs={} puts={} gets={} frags_live={}",
+        st.oversize_recvs, st.puts, st.gets, st.frags.live
+    );
+    if faults {
+        let f = st.fabric.fault_stats();
+        let _ = write!(
+            line,
+            " fault_sends_seen={} fault_send_dropped={} fault_send_duplicated={} \
+             fault_send_dup_skipped={} fault_send_delayed={} fault_recvs_seen={} \
+             fault_recv_dropped={} fault_recv_duplicated={}",
+            f.sends_seen,
+            f.send_dropped,
+            f.send_duplicated,
+            f.send_dup_skipped,
+            f.send_delayed,
+            f.recvs_seen,
+            f.recv_dropped,
+            f.recv_duplicated
+        );
+    }
+    line
+}
+
+/// One statistics line per module.
 pub fn print_stats(c: &Component, m: &ModuleCell, last: bool) {
     let mut st = m.state.borrow_mut();
     let now: Stats = st.engine.stats().clone();
@@ -368,43 +486,17 @@ pub fn print_stats(c: &Component, m: &ModuleCell, last: bool) {
     } else {
         Stats::default()
     };
-    let d = |a: u64, b: u64| a.saturating_sub(b);
-    log::error(&format!(
-        "stats{} rank {} module {} ({}): sends {} frags {} chunks {} bytes_out {} | recvs {} \
-         bytes_in {} dup_recvs {} oow_low {} oow_high {} | resends timeout {} fast {} | \
-         acks alone {} piggybacked {} recv {} dup {} old {} | credits_exhausted {} \
-         malformed {} wrong_key {} unknown_sender {} peers_failed {} refused_writes {} | \
-         puts {} gets {} | frags_live {}",
-        if last { " (final)" } else { "" },
+    let line = stats_line(
         c.my_vpid,
-        m.index,
-        m.info.name,
-        d(now.sends, base.sends),
-        d(now.frag_sends, base.frag_sends),
-        d(now.chunk_sends, base.chunk_sends),
-        d(now.bytes_sent, base.bytes_sent),
-        d(now.recvs, base.recvs),
-        d(now.bytes_received, base.bytes_received),
-        d(now.dup_recvs, base.dup_recvs),
-        d(now.oow_low_recvs, base.oow_low_recvs),
-        d(now.oow_high_recvs, base.oow_high_recvs),
-        d(now.resends_timeout, base.resends_timeout),
-        d(now.resends_fast, base.resends_fast),
-        d(now.acks_alone, base.acks_alone),
-        d(now.acks_piggybacked, base.acks_piggybacked),
-        d(now.ack_recvs, base.ack_recvs),
-        d(now.dup_acks, base.dup_acks),
-        d(now.old_acks, base.old_acks),
-        d(now.credits_exhausted, base.credits_exhausted),
-        d(now.malformed_recvs, base.malformed_recvs),
-        d(now.wrong_key_recvs, base.wrong_key_recvs),
-        d(now.unknown_sender_recvs, base.unknown_sender_recvs),
-        d(now.peers_failed, base.peers_failed),
-        d(now.refused_writes, base.refused_writes),
-        st.puts,
-        st.gets,
-        st.frags.live,
-    ));
+        m,
+        &now,
+        &base,
+        &st,
+        c.settings.faults.is_some(),
+        last,
+    );
+    drop(st);
+    log::error(&line);
 }
 
 /// Interfaces of a modex list, for pairing.
@@ -421,6 +513,28 @@ pub fn ifaces(entries: &[ModexEntry]) -> Vec<super::pairing::Iface> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_core_counter_is_listed() {
+        // Field names from Stats' Debug output: a counter added to the core without a key here
+        // fails this test.
+        let dbg = format!("{:?}", Stats::default());
+        let body = dbg.split_once('{').unwrap().1.trim_end_matches('}');
+        let fields: Vec<&str> = body
+            .split(',')
+            .filter_map(|f| f.split_once(':'))
+            .map(|(k, _)| k.trim())
+            .collect();
+        let keys: Vec<&str> = core_counters(&Stats::default())
+            .iter()
+            .map(|(k, _)| *k)
+            .collect();
+        assert!(fields.len() >= 23, "{dbg}");
+        for f in &fields {
+            assert!(keys.contains(f), "Stats::{f} has no statistics key");
+        }
+        assert_eq!(keys.len(), fields.len());
+    }
 
     #[test]
     fn module_ids_differ_per_module_and_process() {

@@ -1,6 +1,10 @@
 //! Messages through Open MPI's output (so they interleave with its own), one line each (opal_output
 //! prefixes `[host:pid]`). Level 0 always prints; level n prints when the larger of
 //! `btl_usnic_verbose` and `btl_base_verbose` is at least n.
+//!
+//! The fabric edge's `tracing` events go to stderr, one line each, as
+//! `[host:pid] btl:usnic: rank R LEVEL target: message`; the level follows the same verbosity
+//! (0: warnings and errors only, 1..9 info, 10..49 debug, 50+ trace).
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -53,5 +57,63 @@ pub fn error(msg: &str) {
 pub fn verbose(level: u32, msg: impl FnOnce() -> String) {
     if enabled(level) {
         emit(&format!("{} {}", prefix(), msg()));
+    }
+}
+
+/// Level of the `tracing` events shown at verbosity `v`.
+pub fn tracing_level(v: u32) -> tracing::Level {
+    match v {
+        0 => tracing::Level::WARN,
+        1..=9 => tracing::Level::INFO,
+        10..=49 => tracing::Level::DEBUG,
+        _ => tracing::Level::TRACE,
+    }
+}
+
+/// One line per event, with the process and the rank (several ranks share one stderr).
+struct RankFormat {
+    prefix: String,
+}
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for RankFormat
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut w: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let m = event.metadata();
+        write!(w, "{} {} {}: ", self.prefix, m.level(), m.target())?;
+        ctx.field_format().format_fields(w.by_ref(), event)?;
+        writeln!(w)
+    }
+}
+
+/// Install the stderr subscriber for the fabric edge's events (once per process; later calls,
+/// or another subscriber already installed by the application, leave it as it is).
+pub fn init_tracing(host: &str, rank: u32) {
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing_level(verbosity()))
+        .event_format(RankFormat {
+            prefix: format!("[{host}:{}] btl:usnic: rank {rank}", std::process::id()),
+        })
+        .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_follow_verbosity() {
+        assert_eq!(tracing_level(0), tracing::Level::WARN);
+        assert_eq!(tracing_level(5), tracing::Level::INFO);
+        assert_eq!(tracing_level(10), tracing::Level::DEBUG);
+        assert_eq!(tracing_level(100), tracing::Level::TRACE);
     }
 }

@@ -31,6 +31,7 @@ pub mod connectivity;
 mod endpoint;
 pub mod exports;
 mod frag;
+mod help;
 mod lock;
 mod log;
 pub mod modex;

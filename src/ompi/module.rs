@@ -11,6 +11,7 @@ use crate::proto::{Channel, Cookie, Engine, Event, Failure, Instant, PeerId, RxO
 
 use super::endpoint::Endpoint;
 use super::frag::{Frag, FragPool};
+use super::help::show_help;
 use super::log;
 use super::modex::ModexEntry;
 use super::rdma::{RdmaOp, Regions};
@@ -21,6 +22,11 @@ use super::sys;
 const CQ_BATCH: usize = 64;
 /// Cookies with this bit are inline sends (no descriptor): counted, never called back.
 const INLINE_COOKIE: u64 = 1 << 63;
+/// A module without peers is polled on every this many progress calls only (each poll of the
+/// udp provider costs a recvmsg per channel).
+const IDLE_POLL_EVERY: u32 = 64;
+/// `FI_ETRUNC` of `<rdma/fi_errno.h>`: a receive longer than the posted buffer.
+const FI_ETRUNC: i32 = 265;
 /// Unacknowledged inline-completed bytes above which sends wait for their ACK instead
 /// (back-pressure: the PML otherwise could queue without bound).
 pub const INLINE_BACKLOG_LIMIT: usize = 32 << 20;
@@ -93,6 +99,11 @@ pub struct ModuleState {
     /// PUT / GET operations started by this module (statistics).
     pub puts: u64,
     pub gets: u64,
+    /// Datagrams longer than the channel's MTU (the fabric reports them as truncated receives).
+    pub oversize_recvs: u64,
+    /// Progress calls skipped while the module has no peer (it is polled every
+    /// `IDLE_POLL_EVERY`th call, so stray datagrams are drained and counted).
+    idle_skips: u32,
 }
 
 pub struct ModuleCell {
@@ -127,6 +138,8 @@ impl ModuleState {
             npeers: 0,
             puts: 0,
             gets: 0,
+            oversize_recvs: 0,
+            idle_skips: 0,
         }
     }
 
@@ -288,7 +301,12 @@ impl ModuleState {
                     log::verbose(5, || format!("send on {ch:?} failed: {error}"));
                     self.engine.handle_send_complete(ch);
                 }
-                Op::Recv => log::verbose(5, || format!("receive on {ch:?} failed: {error}")),
+                Op::Recv => {
+                    if error.code == FI_ETRUNC {
+                        self.oversize_recvs += 1;
+                    }
+                    log::verbose(5, || format!("receive on {ch:?} failed: {error}"))
+                }
             },
         }
     }
@@ -381,9 +399,17 @@ impl ModuleCell {
         let mut batch = self.batch.take();
         let n = {
             let mut st = self.state.borrow_mut();
-            if st.finalized || (st.npeers == 0 && st.deferred.is_empty()) {
+            if st.finalized {
                 self.batch.set(batch);
                 return 0;
+            }
+            if st.npeers == 0 && st.deferred.is_empty() {
+                st.idle_skips += 1;
+                if st.idle_skips < IDLE_POLL_EVERY {
+                    self.batch.set(batch);
+                    return 0;
+                }
+                st.idle_skips = 0;
             }
             if !st.deferred.is_empty() {
                 batch.append(&mut st.deferred);
@@ -506,7 +532,16 @@ impl ModuleCell {
             self.entry.ipv4,
             timeout
         );
-        log::error(&msg);
+        let (my_host, my_rank) =
+            super::component::with_component(|c| (c.my_host.clone(), c.my_vpid))
+                .unwrap_or_default();
+        show_help!("peer unreachable", msg.clone();
+            s(&my_host),
+            s(format!("rank {my_rank}")),
+            s(&ep.host),
+            s(format!("rank {}", ep.vpid)),
+            s(format!("{} (from local interface {} {})", ep.remote_ipv4, self.info.name, self.entry.ipv4)),
+            i(timeout.min(i32::MAX as u64)));
         if let Some(cb) = self.error_cb.get() {
             let c = std::ffi::CString::new(msg).unwrap_or_default();
             // SAFETY: the PML's error callback (registered through btl_register_error) with the

@@ -7,6 +7,7 @@
 //! unloading it silently.
 use core::ffi::{c_char, c_int, CStr};
 
+use crate::fabric::FaultConfig;
 use crate::proto::{Config, Duration};
 
 /// Values of every `btl_usnic_*` parameter, as registered by the shim (`-1` = automatic where the
@@ -47,6 +48,14 @@ pub struct usnic_rs_params_t {
     pub ack_thread: bool,
     pub rto_min: c_int,
     pub rdma: *mut c_char,
+    /// Fault injector (hidden, level 9): seed, percentages 0..100, delay.
+    pub fault_seed: c_int,
+    pub fault_send_drop: f64,
+    pub fault_send_dup: f64,
+    pub fault_send_delay: f64,
+    pub fault_recv_drop: f64,
+    pub fault_recv_dup: f64,
+    pub fault_delay_us: c_int,
 }
 
 /// Validated parameters.
@@ -87,6 +96,47 @@ pub struct Settings {
     pub rto_min_us: u64,
     /// Emulated RDMA offered to the PML: (PUT, GET).
     pub rdma: (bool, bool),
+    /// Fault injection for every module (`seed` not yet mixed with rank and module index);
+    /// `None` when every percentage is 0.
+    pub faults: Option<FaultConfig>,
+}
+
+/// Why a parameter value is refused. `Display` is the one-line message.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ParamError {
+    /// `btl_usnic_<name>` = `value` cannot be used because of `problem`.
+    Invalid {
+        name: String,
+        value: String,
+        problem: String,
+    },
+    /// Both interface lists set.
+    IncludeAndExclude { include: String, exclude: String },
+}
+
+impl ParamError {
+    pub fn invalid(name: &str, value: impl ToString, problem: impl Into<String>) -> Self {
+        ParamError::Invalid {
+            name: name.into(),
+            value: value.to_string(),
+            problem: problem.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for ParamError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ParamError::Invalid {
+                name,
+                value,
+                problem,
+            } => write!(f, "btl_usnic_{name}={value} is invalid ({problem})"),
+            ParamError::IncludeAndExclude { .. } => f.write_str(
+                "btl_usnic_if_include and btl_usnic_if_exclude are mutually exclusive; set only one",
+            ),
+        }
+    }
 }
 
 /// Default priority-channel MTU, the original's `max_tiny_msg_size`.
@@ -94,7 +144,7 @@ pub const DEFAULT_PRIORITY_LIMIT: usize = 768;
 /// The original's default rendezvous first-fragment size.
 pub const DEFAULT_RNDV_EAGER_LIMIT: usize = 500;
 
-fn opt_string(name: &str, p: *const c_char) -> Result<Option<String>, String> {
+fn opt_string(name: &str, p: *const c_char) -> Result<Option<String>, ParamError> {
     if p.is_null() {
         return Ok(None);
     }
@@ -103,7 +153,7 @@ fn opt_string(name: &str, p: *const c_char) -> Result<Option<String>, String> {
     let s = unsafe { CStr::from_ptr(p) };
     let s = s
         .to_str()
-        .map_err(|_| format!("btl_usnic_{name} is not valid UTF-8"))?
+        .map_err(|_| ParamError::invalid(name, s.to_string_lossy(), "not valid UTF-8"))?
         .trim();
     Ok(if s.is_empty() {
         None
@@ -112,23 +162,23 @@ fn opt_string(name: &str, p: *const c_char) -> Result<Option<String>, String> {
     })
 }
 
-fn at_least(name: &str, v: c_int, min: c_int) -> Result<c_int, String> {
+fn at_least(name: &str, v: c_int, min: c_int) -> Result<c_int, ParamError> {
     if v < min {
-        Err(format!(
-            "btl_usnic_{name}={v} is invalid (must be >= {min})"
-        ))
+        Err(ParamError::invalid(name, v, format!("must be >= {min}")))
     } else {
         Ok(v)
     }
 }
 
 /// `-1` means automatic; otherwise at least `min`.
-fn auto_or(name: &str, v: c_int, min: c_int) -> Result<Option<usize>, String> {
+fn auto_or(name: &str, v: c_int, min: c_int) -> Result<Option<usize>, ParamError> {
     if v == -1 {
         Ok(None)
     } else if v < min {
-        Err(format!(
-            "btl_usnic_{name}={v} is invalid (must be -1 for automatic, or >= {min})"
+        Err(ParamError::invalid(
+            name,
+            v,
+            format!("must be -1 for automatic, or >= {min}"),
         ))
     } else {
         Ok(Some(v as usize))
@@ -136,7 +186,7 @@ fn auto_or(name: &str, v: c_int, min: c_int) -> Result<Option<usize>, String> {
 }
 
 /// `btl_usnic_rdma`: empty/"none", or a comma list of "put" and "get".
-fn parse_rdma(v: Option<&str>) -> Result<(bool, bool), String> {
+fn parse_rdma(v: Option<&str>) -> Result<(bool, bool), ParamError> {
     let mut out = (false, false);
     for tok in v.unwrap_or("").split(',').map(str::trim) {
         match tok {
@@ -144,56 +194,93 @@ fn parse_rdma(v: Option<&str>) -> Result<(bool, bool), String> {
             "put" => out.0 = true,
             "get" => out.1 = true,
             other => {
-                return Err(format!(
-                "btl_usnic_rdma={} is invalid (\"none\", or a comma list of \"put\" and \"get\"; \
-                     \"{other}\" is neither)",
-                v.unwrap_or("")
-            ))
+                return Err(ParamError::invalid(
+                    "rdma",
+                    v.unwrap_or(""),
+                    format!(
+                        "\"none\", or a comma list of \"put\" and \"get\"; \"{other}\" is neither"
+                    ),
+                ))
             }
         }
     }
     Ok(out)
 }
 
+/// A `btl_usnic_fault_*` percentage as a fraction.
+fn percent(name: &str, v: f64) -> Result<f64, ParamError> {
+    if v.is_finite() && (0.0..=100.0).contains(&v) {
+        Ok(v / 100.0)
+    } else {
+        Err(ParamError::invalid(name, v, "a percentage, 0..100"))
+    }
+}
+
+fn fault_config(p: &usnic_rs_params_t) -> Result<Option<FaultConfig>, ParamError> {
+    let cfg = FaultConfig {
+        seed: p.fault_seed as u32 as u64,
+        send_drop: percent("fault_send_drop", p.fault_send_drop)?,
+        send_dup: percent("fault_send_dup", p.fault_send_dup)?,
+        send_delay: percent("fault_send_delay", p.fault_send_delay)?,
+        delay_us: at_least("fault_delay_us", p.fault_delay_us, 0)? as u64,
+        recv_drop: percent("fault_recv_drop", p.fault_recv_drop)?,
+        recv_dup: percent("fault_recv_dup", p.fault_recv_dup)?,
+    };
+    Ok((!cfg.is_off()).then_some(cfg))
+}
+
 impl Settings {
+    /// The fault configuration of module `index` on rank `rank`: the seed mixed with both, so
+    /// that no two modules of a job draw the same pattern.
+    pub fn module_faults(&self, rank: u32, index: u32) -> Option<FaultConfig> {
+        self.faults.map(|f| FaultConfig {
+            seed: f.seed ^ ((rank as u64) << 32) ^ index as u64,
+            ..f
+        })
+    }
+
     /// Checks every value; the error is one line naming the parameter.
-    pub fn from_params(p: &usnic_rs_params_t) -> Result<Settings, String> {
+    pub fn from_params(p: &usnic_rs_params_t) -> Result<Settings, ParamError> {
         let if_include = opt_string("if_include", p.if_include)?;
         let if_exclude = opt_string("if_exclude", p.if_exclude)?;
-        if if_include.is_some() && if_exclude.is_some() {
-            return Err(
-                "btl_usnic_if_include and btl_usnic_if_exclude are mutually exclusive; set only one"
-                    .into(),
-            );
+        if let (Some(include), Some(exclude)) = (&if_include, &if_exclude) {
+            return Err(ParamError::IncludeAndExclude {
+                include: include.clone(),
+                exclude: exclude.clone(),
+            });
         }
         let provider = opt_string("provider", p.provider)?
-            .ok_or_else(|| "btl_usnic_provider must name a libfabric provider".to_string())?;
+            .ok_or_else(|| ParamError::invalid("provider", "", "must name a libfabric provider"))?;
         let window = at_least("window", p.window, 1)?;
         if window > 4096 {
-            return Err(format!(
-                "btl_usnic_window={window} is invalid (must be 1..4096)"
-            ));
+            return Err(ParamError::invalid("window", window, "must be 1..4096"));
         }
         let priority_limit = match at_least("priority_limit", p.priority_limit, 0)? {
             0 => DEFAULT_PRIORITY_LIMIT,
             v if v < 128 => {
-                return Err(format!(
-                    "btl_usnic_priority_limit={v} is invalid (0 for the default {DEFAULT_PRIORITY_LIMIT}, or >= 128)"
+                return Err(ParamError::invalid(
+                    "priority_limit",
+                    v,
+                    format!("0 for the default {DEFAULT_PRIORITY_LIMIT}, or >= 128"),
                 ))
             }
             v => v as usize,
         };
         let mtu = at_least("mtu", p.mtu, 0)? as usize;
         if mtu != 0 && mtu < 512 {
-            return Err(format!(
-                "btl_usnic_mtu={mtu} is invalid (0 for the interface MTU, or >= 512)"
+            return Err(ParamError::invalid(
+                "mtu",
+                mtu,
+                "0 for the interface MTU, or >= 512",
             ));
         }
         let rndv = at_least("rndv_eager_limit", p.rndv_eager_limit, 0)? as usize;
         let eager = at_least("eager_limit", p.eager_limit, 0)? as usize;
         if eager != 0 && eager < 1024 {
-            return Err(format!(
-                "btl_usnic_eager_limit={eager} is invalid (0 for automatic, or >= 1024)"
+            return Err(ParamError::invalid(
+                "eager_limit",
+                eager,
+                "0 for automatic, or >= 1024",
             ));
         }
         at_least("av_eq_num", p.av_eq_num, 1)?;
@@ -205,8 +292,10 @@ impl Settings {
         )?;
         let base_udp_port = at_least("base_udp_port", p.base_udp_port, 0)?;
         if base_udp_port > 65535 {
-            return Err(format!(
-                "btl_usnic_base_udp_port={base_udp_port} is invalid (must be 0..65535)"
+            return Err(ParamError::invalid(
+                "base_udp_port",
+                base_udp_port,
+                "must be 0..65535",
             ));
         }
         Ok(Settings {
@@ -250,6 +339,7 @@ impl Settings {
             ack_thread: p.ack_thread,
             rto_min_us: at_least("rto_min", p.rto_min, 0)? as u64,
             rdma: parse_rdma(opt_string("rdma", p.rdma)?.as_deref())?,
+            faults: fault_config(p)?,
         })
     }
 
@@ -322,6 +412,13 @@ pub(crate) mod tests {
             ack_thread: true,
             rto_min: 0,
             rdma: core::ptr::null_mut(),
+            fault_seed: 0,
+            fault_send_drop: 0.0,
+            fault_send_dup: 0.0,
+            fault_send_delay: 0.0,
+            fault_recv_drop: 0.0,
+            fault_recv_dup: 0.0,
+            fault_delay_us: 1000,
         }
     }
 
@@ -348,7 +445,7 @@ pub(crate) mod tests {
         let mut p = defaults(&prov);
         p.if_include = inc.as_ptr() as *mut c_char;
         p.if_exclude = exc.as_ptr() as *mut c_char;
-        let e = Settings::from_params(&p).unwrap_err();
+        let e = Settings::from_params(&p).unwrap_err().to_string();
         assert!(e.contains("mutually exclusive"), "{e}");
         // Either one alone is fine.
         p.if_exclude = core::ptr::null_mut();
@@ -374,7 +471,7 @@ pub(crate) mod tests {
         for (name, set) in cases {
             let mut p = defaults(&prov);
             set(&mut p);
-            let e = Settings::from_params(&p).unwrap_err();
+            let e = Settings::from_params(&p).unwrap_err().to_string();
             assert!(e.starts_with(name), "{name}: {e}");
             assert!(!e.contains('\n'));
         }
@@ -386,7 +483,7 @@ pub(crate) mod tests {
         assert_eq!(parse_rdma(Some("none")), Ok((false, false)));
         assert_eq!(parse_rdma(Some("put")), Ok((true, false)));
         assert_eq!(parse_rdma(Some("get, put")), Ok((true, true)));
-        let e = parse_rdma(Some("put,rget")).unwrap_err();
+        let e = parse_rdma(Some("put,rget")).unwrap_err().to_string();
         assert!(
             e.starts_with("btl_usnic_rdma=put,rget") && e.contains("rget"),
             "{e}"
@@ -394,9 +491,46 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn fault_percentages() {
+        let prov = CString::new("udp").unwrap();
+        let mut p = defaults(&prov);
+        assert_eq!(Settings::from_params(&p).unwrap().faults, None);
+        p.fault_seed = 7;
+        p.fault_send_drop = 10.0;
+        p.fault_recv_dup = 100.0;
+        let s = Settings::from_params(&p).unwrap();
+        let f = s.faults.unwrap();
+        assert_eq!((f.send_drop, f.recv_dup, f.delay_us), (0.1, 1.0, 1000));
+        let m = s.module_faults(3, 1).unwrap();
+        assert_eq!(m.seed, 7 ^ (3 << 32) ^ 1);
+        assert_ne!(m.seed, s.module_faults(3, 0).unwrap().seed);
+        type Case = (&'static str, fn(&mut usnic_rs_params_t));
+        let cases: [Case; 4] = [
+            ("btl_usnic_fault_send_drop=-1 ", |p| {
+                p.fault_send_drop = -1.0
+            }),
+            ("btl_usnic_fault_send_dup=100.5 ", |p| {
+                p.fault_send_dup = 100.5
+            }),
+            ("btl_usnic_fault_recv_drop=NaN ", |p| {
+                p.fault_recv_drop = f64::NAN
+            }),
+            ("btl_usnic_fault_delay_us=-2 ", |p| p.fault_delay_us = -2),
+        ];
+        for (want, set) in cases {
+            let mut p = defaults(&prov);
+            set(&mut p);
+            let e = Settings::from_params(&p).unwrap_err().to_string();
+            assert!(e.starts_with(want), "{want}: {e}");
+        }
+    }
+
+    #[test]
     fn empty_provider_is_refused() {
         let prov = CString::new("  ").unwrap();
-        let e = Settings::from_params(&defaults(&prov)).unwrap_err();
+        let e = Settings::from_params(&defaults(&prov))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("btl_usnic_provider"), "{e}");
     }
 }

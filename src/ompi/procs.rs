@@ -6,6 +6,7 @@ use crate::proto::PeerInfo;
 
 use super::component::{ifaces, Component};
 use super::endpoint::Endpoint;
+use super::help::show_help;
 use super::log;
 use super::modex::{self, ModexEntry};
 use super::module::{ModuleCell, PeerSlot};
@@ -136,16 +137,44 @@ pub fn add_procs(
             }
             let published = matches!(peer_entries(p), Ok(Some(_)));
             if published && !c.reached.borrow().contains(&(jobid, vpid)) {
-                log::error(&format!(
-                    "rank {vpid} on {} is unreachable over usnic: none of its interfaces shares \
-                     a subnet with this process's ({}); another BTL must carry its traffic",
-                    proc_host(p),
-                    c.modules
+                let local = c
+                    .modules
+                    .iter()
+                    .map(|m| format!("{} {}/{}", m.info.name, m.entry.ipv4, m.entry.netmask))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let remote = match peer_entries(p) {
+                    Ok(Some(t)) => t
                         .iter()
-                        .map(|m| format!("{} {}/{}", m.info.name, m.entry.ipv4, m.entry.netmask))
+                        .map(|e| format!("{}/{}", e.ipv4, e.netmask))
                         .collect::<Vec<_>>()
-                        .join(", ")
-                ));
+                        .join(", "),
+                    _ => String::new(),
+                };
+                let fallback = format!(
+                    "rank {vpid} on {} is unreachable over usnic: none of its interfaces shares \
+                     a subnet with this process's ({local}); another BTL must carry its traffic",
+                    proc_host(p),
+                );
+                let names = c
+                    .modules
+                    .iter()
+                    .map(|m| m.info.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let addrs = c
+                    .modules
+                    .iter()
+                    .map(|m| format!("{}/{}", m.entry.ipv4, m.entry.netmask))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                show_help!("unreachable peer IP", fallback;
+                    s(&c.my_host),
+                    s(&names),
+                    s(&addrs),
+                    s(format!("{} (rank {vpid})", proc_host(p))),
+                    s(&remote),
+                    s("no local interface shares a subnet with the peer's; another BTL must carry its traffic"));
             }
         }
     }
@@ -240,10 +269,12 @@ fn write_map(c: &Component, m: &ModuleCell, prefix: &str, lines: &[String]) {
             Ok(())
         });
     if let Err(e) = res {
-        log::error(&format!(
-            "cannot write connectivity map {path} for module {}: {e}",
-            m.info.name
-        ));
+        let cwd = std::env::current_dir()
+            .map(|d| d.display().to_string())
+            .unwrap_or_else(|e| format!("(unknown: {e})"));
+        show_help!("cannot write to map file",
+            format!("cannot write connectivity map {path} for module {}: {e}", m.info.name);
+            s(&c.my_host), s(&path), s(&cwd), s(&e));
     }
 }
 
