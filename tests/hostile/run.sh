@@ -75,10 +75,22 @@ ranks_of() {
     done
 }
 
+# The plugin's statistics lines (docs/operations.md), one per module and rank, the last one
+# marked "(final)":
+#   [host:pid] btl:usnic: stats (final) rank=R module=M iface=NAME key=value key=value ...
+# with every core Stats field by name (malformed_recvs, wrong_key_recvs, dup_recvs,
+# oow_low_recvs, oow_high_recvs, bad_chunk_recvs, refused_writes, refused_gets, ...) and the
+# edge's oversize_recvs.
+
 # stat LOG NAME: sum of counter NAME over the ranks' final statistics lines, or "missing"
 stat() {
     awk -v want="$2" '/btl:usnic: stats \(final\)/ {
-            for (i = 1; i < NF; i++) if ($i == want && $(i + 1) ~ /^[0-9]+$/) { s += $(i + 1); seen = 1 }
+            for (i = 1; i <= NF; i++) {
+                eq = index($i, "=")
+                if (eq && substr($i, 1, eq - 1) == want && substr($i, eq + 1) ~ /^[0-9]+$/) {
+                    s += substr($i, eq + 1); seen = 1
+                }
+            }
         } END { if (seen) print s; else print "missing" }' "$1"
 }
 
@@ -86,11 +98,14 @@ stat() {
 per_module() {
     awk -v want="$2" '/btl:usnic: stats \(final\)/ {
             m = ""
-            for (i = 1; i < NF; i++) {
-                if ($i == "module") m = $(i + 2)
-                if ($i == want && $(i + 1) ~ /^[0-9]+$/) s[m] += $(i + 1)
+            for (i = 1; i <= NF; i++) {
+                eq = index($i, "=")
+                if (!eq) continue
+                k = substr($i, 1, eq - 1); v = substr($i, eq + 1)
+                if (k == "iface") m = v
+                if (k == want && v ~ /^[0-9]+$/) s[m] += v
             }
-        } END { for (m in s) printf "%s%s=%d", (n++ ? " " : ""), m, s[m] }' "$1" | tr -d '():'
+        } END { for (m in s) printf "%s%s=%d", (n++ ? " " : ""), m, s[m] }' "$1"
 }
 
 # field of the tool's HOSTILE line
@@ -143,7 +158,7 @@ check_job() {
     else
         pass "$name: no crash" ""
     fi
-    if [ "$(stat "$LOG" malformed)" = missing ]; then
+    if [ "$(stat "$LOG" malformed_recvs)" = missing ]; then
         fail "$name: statistics" "no 'btl:usnic: stats (final)' lines in the job output (btl_usnic_stats 3600 given)"
     fi
 }
@@ -192,7 +207,7 @@ needs_counter() {
 
 dups() { # sequenced datagrams dropped as already received / outside the window
     local a b c
-    a=$(stat "$1" dup_recvs); b=$(stat "$1" oow_low); c=$(stat "$1" oow_high)
+    a=$(stat "$1" dup_recvs); b=$(stat "$1" oow_low_recvs); c=$(stat "$1" oow_high_recvs)
     if [ "$a" = missing ] || [ "$b" = missing ] || [ "$c" = missing ]; then echo missing; else echo $((a + b + c)); fi
 }
 
@@ -203,13 +218,13 @@ ATTACKS=${*:-"garbage truncated wrongkey chunk replay flood putget putget_rdma r
 run_job clean - 0 "${SLOW[@]}"
 check_job clean slowcheck
 BASE_DUPS=$(dups "$LOG")
-for c in malformed wrong_key; do
+for c in malformed_recvs wrong_key_recvs bad_chunk_recvs refused_writes refused_gets oversize_recvs; do
     v=$(stat "$LOG" $c)
     if [ "$v" = 0 ]; then pass "clean: $c" "0"; else fail "clean: $c" "$v without any attacker"; fi
 done
 # Not a check: real datagrams that arrive before the receiver has added their sender (slow
 # start, e.g. under valgrind) are counted here too, and repaired by retransmission.
-echo "info  clean: unknown_sender $(stat "$LOG" unknown_sender) (early datagrams of not yet added peers)"
+echo "info  clean: unknown_sender_recvs $(stat "$LOG" unknown_sender_recvs) (early datagrams of not yet added peers)"
 
 for attack in $ATTACKS; do
     case $attack in
@@ -226,7 +241,7 @@ for attack in $ATTACKS; do
                 fail "$attack" "the installed plugin has no btl_usnic_rdma parameter"
                 continue
             fi
-            EXTRA_MCA="--mca btl_usnic_rdma 1" run_job "$attack" putget 4 "${SLOW[@]}"
+            EXTRA_MCA="--mca btl_usnic_rdma put,get" run_job "$attack" putget 4 "${SLOW[@]}"
             check_job "$attack" slowcheck ;;
         replay_wrapped)
             # old datagrams replayed while pingpong's 16-bit sequence numbers wrap around
@@ -245,16 +260,16 @@ for attack in $ATTACKS; do
     case $attack in
         garbage)
             over=$(hfield "$TOOLLOG" oversize)
-            counter_at_least garbage malformed "$(stat "$LOG" malformed)" $(((sent - over) / 2))
-            needs_counter garbage oversize_recvs "datagrams longer than the channel MTU reach the edge as Completion::Error(FI_ETRUNC) and are only logged at verbose level (src/ompi/module.rs); the statistics should count them" ;;
+            counter_at_least garbage malformed_recvs "$(stat "$LOG" malformed_recvs)" $(((sent - over) / 2))
+            needs_counter garbage oversize_recvs "datagrams longer than the channel MTU (Completion::Error(FI_ETRUNC) at the edge) must be counted" ;;
         truncated)
-            counter_at_least truncated malformed "$(stat "$LOG" malformed)" $((sent / 2)) ;;
+            counter_at_least truncated malformed_recvs "$(stat "$LOG" malformed_recvs)" $((sent / 2)) ;;
         wrongkey)
-            counter_at_least wrongkey wrong_key "$(stat "$LOG" wrong_key)" $((sent / 2)) ;;
+            counter_at_least wrongkey wrong_key_recvs "$(stat "$LOG" wrong_key_recvs)" $((sent / 2)) ;;
         chunk)
             cons=$(hfield "$TOOLLOG" consistent_mutations)
-            counter_at_least chunk malformed "$(stat "$LOG" malformed)" $(((sent - cons) / 2))
-            needs_counter chunk bad_chunk "the core counts chunks that contradict their fragment (Stats::bad_chunk_recvs) but btl_usnic_stats does not print it (src/ompi/component.rs)" ;;
+            counter_at_least chunk malformed_recvs "$(stat "$LOG" malformed_recvs)" $(((sent - cons) / 2))
+            needs_counter chunk bad_chunk_recvs "chunks that contradict their fragment's total must be dropped as BadChunk and counted (Stats::bad_chunk_recvs)" ;;
         replay | flood)
             if [ $attack = replay ]; then
                 n=$(( $(hfield "$TOOLLOG" rounds) * $(hfield "$TOOLLOG" sequenced_per_round) ))
@@ -269,10 +284,10 @@ for attack in $ATTACKS; do
             fi ;;
         putget | putget_rdma)
             inw=$(hfield "$TOOLLOG" in_window)
-            counter_at_least $attack malformed "$(stat "$LOG" malformed)" 1
+            counter_at_least $attack malformed_recvs "$(stat "$LOG" malformed_recvs)" 1
             # half of the in-window forgeries are PUTs: every one must be refused and counted
             counter_at_least $attack refused_writes "$(stat "$LOG" refused_writes)" $((inw / 2))
-            needs_counter $attack refused_gets "forged GET requests outside registered memory are answered with GetRefuse (Engine::answer_get) but neither the core's Stats nor btl_usnic_stats count them" ;;
+            needs_counter $attack refused_gets "forged GET requests outside registered memory must be answered with GetRefuse and counted (Stats::refused_gets)" ;;
         replay_wrapped) ;; # the job verdict is the check
     esac
 done
