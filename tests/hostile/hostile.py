@@ -105,9 +105,10 @@ class Pkt:
         return self.h[8]
 
 
-def capture(targets, seconds, limit, enough=lambda got: True, max_wait=40.0):
+def capture(targets, seconds, limit, enough=lambda got: True, max_wait=40.0, live=None):
     """Datagrams to any (ip, port) in targets seen on lo: for `seconds` (at most `limit`),
-    longer (up to `max_wait`) until `enough(got)` (a slow job, e.g. under valgrind)."""
+    longer (up to `max_wait`) until `enough(got)` (a slow job, e.g. under valgrind).
+    `live(pkt)`, if given, is called on each one as soon as it is seen."""
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
     s.bind(("lo", 0))
     s.settimeout(0.2)
@@ -135,6 +136,8 @@ def capture(targets, seconds, limit, enough=lambda got: True, max_wait=40.0):
         ulen = struct.unpack_from("!H", udp, 4)[0]
         if (dst_ip, dport) in targets:
             got.append(Pkt((dst_ip, dport), bytes(udp[8:ulen]), time.time()))
+            if live:
+                live(got[-1])
     s.close()
     return got
 
@@ -218,7 +221,30 @@ def main():
             return len(dirs) >= 2 and any(p.kind == 1 for p in v)
         return len(v) > 0
 
-    caps = capture(targets, a.capture, 3000, enough)
+    tx = Sender(pace=100)
+    live = None
+    live_sent = [0]
+    if a.attack == "chunk":
+        # The chunk consistency check compares against a reassembly in progress (docs/wire.md
+        # 4: tag or total differing from earlier chunks of the same id). Once the fragment is
+        # complete its id is forgotten and a copy is just a duplicate, so these mutations are
+        # sent the moment a chunk is seen, while the receiver still reassembles its fragment.
+        # The engine checks consistency before the receive window, so the copies carry a
+        # sequence number 5000 below the real one: at least 904 below the receiver's window
+        # (the sender is never more than 4096 ahead of it), a duplicate or out of window if
+        # it passed the check. Even if the real chunk was lost (its copy would then start the
+        # reassembly with the wrong total and starve the real fragment), nothing is lost.
+        def live(p):
+            if p.h and p.kind == 3 and p.plen > 0 and live_sent[0] < 4000:
+                _, total, off, _ = MSG.unpack_from(p.data, MSG_AT)
+                if off + p.plen < total:  # not the last chunk: more are still to come
+                    old = (p.xseq - 5000) & 0xFFFFFFFF
+                    q = Pkt(p.dst, with_header(p, seq=old & 0xFFFF, seq_epoch=old >> 16), 0)
+                    tx.send(p.dst, with_msg(q.data, total=min(total * 2, 64 << 20)))
+                    tx.send(p.dst, with_header(q, tag=p.h[3] ^ 0x01))
+                    live_sent[0] += 2
+
+    caps = capture(targets, a.capture, 3000, enough, live=live)
     valid = [p for p in caps if p.h]
     log(f"captured {len(caps)} datagrams ({len(valid)} parse as v2 headers); kinds "
         f"{sorted({p.kind for p in valid})}")
@@ -239,7 +265,6 @@ def main():
     for dst, pid in pid_of.items():
         if pid in key_of_pid:
             ports_of_key.setdefault(key_of_pid[pid], []).append(dst)
-    tx = Sender(pace=100)
     extra = ""
     end = time.time() + a.seconds
 
@@ -330,10 +355,13 @@ def main():
             muts += [with_header(Pkt(p.dst, m, 0), kind=6, tag=0) for m in muts[:5]]
             for m in muts:
                 tx.send(p.dst, m)
-            # Parses (offset + len <= total) but contradicts the fragment's real total.
+            # Parses (offset + len <= total) but contradicts the fragment's real total (the
+            # fragment is complete by now: dropped as a duplicate).
             tx.send(p.dst, with_msg(p.data, total=min(total * 2, 64 << 20)))
             consistent += 1
-        extra = f"consistent_mutations={consistent} chunks_used={min(len(chunks), 200)}"
+        consistent += live_sent[0]
+        extra = (f"consistent_mutations={consistent} live_mutations={live_sent[0]} "
+                 f"chunks_used={min(len(chunks), 200)}")
     elif a.attack == "putget":
         # Per direction (sender id -> receiver key): the highest extended sequence number seen
         # (epoch << 16 | seq, compared as signed 32-bit differences like the receiver does),

@@ -108,6 +108,21 @@ per_module() {
         } END { for (m in s) printf "%s%s=%d", (n++ ? " " : ""), m, s[m] }' "$1"
 }
 
+# seq_sent_min LOG: the fewest new sequenced segments (frag_sends + chunk_sends, resends not
+# included) one rank sent, over all its modules: how far its sequence space advanced
+seq_sent_min() {
+    awk '/btl:usnic: stats \(final\)/ {
+            r = ""
+            for (i = 1; i <= NF; i++) {
+                eq = index($i, "=")
+                if (!eq) continue
+                k = substr($i, 1, eq - 1); v = substr($i, eq + 1)
+                if (k == "rank") r = v
+                if (k == "frag_sends" || k == "chunk_sends") n[r] += v
+            }
+        } END { m = -1; for (r in n) if (m < 0 || n[r] < m) m = n[r]; print (m < 0 ? "missing" : m) }' "$1"
+}
+
 # field of the tool's HOSTILE line
 hfield() { sed -n "s/^HOSTILE .*\b$2=\([0-9]*\).*/\1/p" "$1" | head -1; }
 
@@ -270,8 +285,17 @@ for attack in $ATTACKS; do
             cons=$(hfield "$TOOLLOG" consistent_mutations)
             counter_at_least chunk malformed_recvs "$(stat "$LOG" malformed_recvs)" $(((sent - cons) / 2))
             needs_counter chunk bad_chunk_recvs "chunks that contradict their fragment's total must be dropped as BadChunk and counted (Stats::bad_chunk_recvs)" ;;
-        replay | flood)
-            if [ $attack = replay ]; then
+        replay | flood | replay_wrapped)
+            if [ $attack = replay_wrapped ]; then
+                # vacuous unless both directions' 16-bit numbers wrapped after the capture
+                w=$(seq_sent_min "$LOG")
+                if [ "$w" = missing ]; then
+                    fail "$attack: wrapped" "frag_sends/chunk_sends not printed"
+                else
+                    counter_at_least "$attack" "wrapped (segments/rank)" "$w" $((65536 + 4096))
+                fi
+            fi
+            if [ $attack != flood ]; then
                 n=$(( $(hfield "$TOOLLOG" rounds) * $(hfield "$TOOLLOG" sequenced_per_round) ))
             else
                 n=$(hfield "$TOOLLOG" sequenced_copies)
@@ -288,7 +312,6 @@ for attack in $ATTACKS; do
             # half of the in-window forgeries are PUTs: every one must be refused and counted
             counter_at_least $attack refused_writes "$(stat "$LOG" refused_writes)" $((inw / 2))
             needs_counter $attack refused_gets "forged GET requests outside registered memory must be answered with GetRefuse and counted (Stats::refused_gets)" ;;
-        replay_wrapped) ;; # the job verdict is the check
     esac
 done
 
