@@ -72,6 +72,21 @@ def job_ports(pids):
     return found
 
 
+def socket_drops(dsts):
+    """Sum of the kernel's per-socket drop counters (/proc/net/udp, last column: datagrams
+    the receive buffer had no room for) of the UDP sockets bound to these (ip, port)."""
+    want = {(socket.inet_aton(ip)[::-1].hex().upper(), port) for ip, port in dsts}
+    total = 0
+    with open("/proc/net/udp") as f:
+        next(f)
+        for line in f:
+            c = line.split()
+            ip, port = c[1].split(":")
+            if (ip, int(port, 16)) in want:
+                total += int(c[-1])
+    return total
+
+
 class Pkt:
     def __init__(self, dst, data, t):
         self.dst, self.data, self.t = dst, data, t
@@ -324,12 +339,16 @@ def main():
         kinds = {int(k) for k in a.kinds.split(",") if k}
         old = [p for p in valid if not kinds or p.kind in kinds]
         seq = sum(1 for p in old if p.kind in SEQUENCED)
+        hit = {p.dst for p in old}
+        drops0 = drops = socket_drops(hit)
         while time.time() < end and all(os.path.exists(f"/proc/{pid}") for pid in pids):
             for p in old:
                 tx.send(p.dst, p.data)
             rounds += 1
             time.sleep(a.interval)
-        extra = f"rounds={rounds} sequenced_per_round={seq}"
+            # read while the sockets exist (the job may end any moment)
+            drops = max(drops, socket_drops(hit))
+        extra = f"rounds={rounds} sequenced_per_round={seq} kernel_drops={drops - drops0}"
     elif a.attack == "chunk":
         chunks = [p for p in valid if p.kind == 3 and p.plen > 0]
         if not chunks:
@@ -401,13 +420,20 @@ def main():
         seqd = [p for p in valid if p.kind in SEQUENCED]
         acks = [p for p in valid if p.kind == 1]
         fl = Sender(pace=200)
+        hit = {p.dst for p in seqd[:1] + acks[:1]}
+        drops0 = socket_drops(hit)
         for i in range(a.count):
             if seqd:
                 fl.send(seqd[0].dst, seqd[0].data)
             if acks and i % 4 == 0:
                 fl.send(acks[0].dst, acks[0].data)
         tx = fl
-        extra = f"sequenced_copies={a.count if seqd else 0}"
+        # Give the job a moment to read what is queued, then see what never reached it: the
+        # target polls between 10 ms sleeps, and copies beyond its socket buffer are dropped
+        # by the kernel before the plugin could count them.
+        time.sleep(0.5)
+        extra = (f"sequenced_copies={a.count if seqd else 0} "
+                 f"kernel_drops={socket_drops(hit) - drops0}")
     alive = all(os.path.exists(f"/proc/{pid}") for pid in pids)
     log(f"sent {tx.n} datagrams ({tx.errors} send errors); job still running: {alive}")
     print(f"HOSTILE {a.attack} sent={tx.n} captured={len(caps)} alive={int(alive)} {extra}".rstrip(),

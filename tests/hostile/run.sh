@@ -195,15 +195,15 @@ check_tool() {
 
 # counter_at_least NAME LABEL VALUE MIN WHY
 counter_at_least() {
-    local name=$1 label=$2 v=$3 min=$4 pm
+    local name=$1 label=$2 v=$3 min=$4 note=${5:-} pm
     pm=$(per_module "$LOG" "$label")
     pm=${pm:+; per module: $pm}
     if [ "$v" = missing ]; then
         fail "$name: $label" "btl_usnic_stats prints no '$label' counter"
     elif [ "$v" -ge "$min" ]; then
-        pass "$name: $label" "$v (needed >= $min$pm)"
+        pass "$name: $label" "$v (needed >= $min$pm)$note"
     else
-        fail "$name: $label" "$v, needed >= $min$pm"
+        fail "$name: $label" "$v, needed >= $min$pm$note"
     fi
 }
 
@@ -300,11 +300,17 @@ for attack in $ATTACKS; do
             else
                 n=$(hfield "$TOOLLOG" sequenced_copies)
             fi
+            # copies the kernel dropped for want of socket buffer (the slow target polls
+            # between 10 ms sleeps) never reached the plugin: it cannot count them. (Not for
+            # replay_wrapped: against the fast pingpong the job's own drops would dominate.)
+            kd=
+            [ $attack = replay_wrapped ] || kd=$(hfield "$TOOLLOG" kernel_drops)
+            n=$((n - ${kd:-0}))
             d=$(dups "$LOG")
             if [ "$d" = missing ] || [ "$BASE_DUPS" = missing ]; then
                 fail "$attack: duplicates counted" "dup_recvs/oow_low/oow_high not printed"
             else
-                counter_at_least "$attack" "dup+oow rise" $((d - BASE_DUPS)) $((n / 4))
+                counter_at_least "$attack" "dup+oow rise" $((d - BASE_DUPS)) $((n / 4)) "${kd:+ (kernel dropped $kd)}"
             fi ;;
         putget | putget_rdma)
             inw=$(hfield "$TOOLLOG" in_window)
