@@ -487,6 +487,43 @@ fn pingpong_survives_injected_faults() {
         stat_sum(&err, "dup_recvs")
     );
 
+    // Delayed sends and duplicated receptions (the other two kinds), on both channels.
+    let o = mpirun(
+        2,
+        &[
+            "--mca",
+            "btl",
+            "usnic,self",
+            "--mca",
+            "btl_usnic_stats",
+            "1000",
+            "--mca",
+            "btl_usnic_fault_seed",
+            "777",
+            "--mca",
+            "btl_usnic_fault_send_delay",
+            "5",
+            "--mca",
+            "btl_usnic_fault_delay_us",
+            "3000",
+            "--mca",
+            "btl_usnic_fault_recv_dup",
+            "5",
+        ],
+        &["pingpong", "262144", "10"],
+    );
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("OK: 0 errors"), "{out}");
+    assert_eq!(
+        per_rank(&err, |l| !l.contains(" fault_send_delayed=0 ")
+            && !l.contains(" fault_recv_duplicated=0 ")),
+        2,
+        "{err}"
+    );
+    assert!(stat_sum(&err, "dup_recvs") > 0, "{err}");
+    assert_eq!(stat_sum(&err, "peers_failed"), 0, "{err}");
+
     // A percentage outside 0..100 declines the component with one line per rank.
     let o = mpirun(
         2,

@@ -108,7 +108,7 @@ fn decline(msg: &str) -> i32 {
 }
 
 /// This host's name, as Open MPI knows it.
-fn my_hostname() -> String {
+pub fn my_hostname() -> String {
     if cfg!(test) {
         return "localhost".into();
     }

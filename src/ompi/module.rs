@@ -532,9 +532,10 @@ impl ModuleCell {
             self.entry.ipv4,
             timeout
         );
+        // (During component close the component is already taken out of its cell.)
         let (my_host, my_rank) =
-            super::component::with_component(|c| (c.my_host.clone(), c.my_vpid))
-                .unwrap_or_default();
+            super::component::with_component(|c| (c.my_host.clone(), c.my_vpid.to_string()))
+                .unwrap_or_else(|| (super::component::my_hostname(), "(closing)".into()));
         show_help!("peer unreachable", msg.clone();
             s(&my_host),
             s(format!("rank {my_rank}")),
@@ -577,5 +578,17 @@ fn deliver(btl: *mut sys::mca_btl_base_module_t, tag: u8, data: *mut u8, len: us
         log::error(&format!(
             "dropped a {len}-byte fragment with tag {tag:#x}: no PML callback registered for it"
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fi_etrunc_is_libfabrics_truncation_code() {
+        // libfabric's own text for the code, so a wrong constant cannot go unnoticed.
+        let e = fabric::FabricError::from_ret("test", -(FI_ETRUNC as i64));
+        assert!(e.message.to_lowercase().contains("trunc"), "{e}");
     }
 }
