@@ -120,16 +120,19 @@ class Pkt:
         return self.h[8]
 
 
-def capture(targets, seconds, limit, enough=lambda got: True, max_wait=40.0, live=None):
+def capture(targets, seconds, limit, enough=lambda got: True, max_wait=40.0, live=None,
+            mine=()):
     """Datagrams to any (ip, port) in targets seen on lo: for `seconds` (at most `limit`),
     longer (up to `max_wait`) until `enough(got)` (a slow job, e.g. under valgrind).
-    `live(pkt)`, if given, is called on each one as soon as it is seen."""
+    `live(pkt)`, if given, is called on each one as soon as it is seen, and then the capture
+    goes on for `seconds` even past `limit` (only the first `limit` are kept). Datagrams from
+    UDP source ports in `mine` (this tool's own) are skipped."""
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
     s.bind(("lo", 0))
     s.settimeout(0.2)
     got = []
     t0 = time.time()
-    while len(got) < limit:
+    while len(got) < limit or (live and time.time() - t0 < seconds):
         now = time.time()
         if now - t0 >= max_wait or (now - t0 >= seconds and enough(got)):
             break
@@ -147,12 +150,16 @@ def capture(targets, seconds, limit, enough=lambda got: True, max_wait=40.0, liv
             continue  # not UDP, or an IP fragment
         dst_ip = socket.inet_ntoa(ip[16:20])
         udp = ip[ihl:]
-        dport = struct.unpack_from("!H", udp, 2)[0]
+        sport, dport = struct.unpack_from("!HH", udp, 0)
+        if sport in mine:
+            continue
         ulen = struct.unpack_from("!H", udp, 4)[0]
         if (dst_ip, dport) in targets:
-            got.append(Pkt((dst_ip, dport), bytes(udp[8:ulen]), time.time()))
+            p = Pkt((dst_ip, dport), bytes(udp[8:ulen]), time.time())
+            if len(got) < limit:
+                got.append(p)
             if live:
-                live(got[-1])
+                live(p)
     s.close()
     return got
 
@@ -161,6 +168,8 @@ class Sender:
     def __init__(self, pace):
         self.s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        self.s.bind(("0.0.0.0", 0))
+        self.port = self.s.getsockname()[1]
         self.n = 0
         self.errors = 0
         self.pace = pace
@@ -239,6 +248,8 @@ def main():
     tx = Sender(pace=100)
     live = None
     live_sent = [0]
+    totals = set()
+    ltx = Sender(pace=0)  # no pause: the capture must keep up
     if a.attack == "chunk":
         # The chunk consistency check compares against a reassembly in progress (docs/wire.md
         # 4: tag or total differing from earlier chunks of the same id). Once the fragment is
@@ -249,17 +260,28 @@ def main():
         # (the sender is never more than 4096 ahead of it), a duplicate or out of window if
         # it passed the check. Even if the real chunk was lost (its copy would then start the
         # reassembly with the wrong total and starve the real fragment), nothing is lost.
+        # The data channel's socket holds the rest of the fragment already queued (the sender
+        # has the whole window out), so the copies go to the receiver's other socket on the
+        # same address (its priority channel: every kind is accepted on either channel), cut
+        # to 16 payload bytes to fit its MTU, where they are read before the queued chunks.
         def live(p):
-            if p.h and p.kind == 3 and p.plen > 0 and live_sent[0] < 4000:
+            if p.h and p.kind == 3 and p.plen > 0 and live_sent[0] < 8000:
                 _, total, off, _ = MSG.unpack_from(p.data, MSG_AT)
-                if off + p.plen < total:  # not the last chunk: more are still to come
+                totals.add(total)
+                # the first chunk of a fragment: the rest of it is still to come
+                if off == 0 and p.plen < total:
                     old = (p.xseq - 5000) & 0xFFFFFFFF
-                    q = Pkt(p.dst, with_header(p, seq=old & 0xFFFF, seq_epoch=old >> 16), 0)
-                    tx.send(p.dst, with_msg(q.data, total=min(total * 2, 64 << 20)))
-                    tx.send(p.dst, with_header(q, tag=p.h[3] ^ 0x01))
-                    live_sent[0] += 2
+                    n = min(p.plen, 16)
+                    q = Pkt(p.dst, with_header(p, seq=old & 0xFFFF, seq_epoch=old >> 16, plen=n)
+                            [:HLEN[3] + n], 0)
+                    pid = pid_of[p.dst]
+                    to = [d for d, x in pid_of.items() if x == pid and d[0] == p.dst[0] and d != p.dst]
+                    for dst in to or [p.dst]:
+                        ltx.send(dst, with_msg(q.data, total=min(total * 2, 64 << 20)))
+                        ltx.send(dst, with_header(q, tag=p.h[3] ^ 0x01))
+                        live_sent[0] += 2
 
-    caps = capture(targets, a.capture, 3000, enough, live=live)
+    caps = capture(targets, a.capture, 3000, enough, live=live, mine={tx.port, ltx.port})
     valid = [p for p in caps if p.h]
     log(f"captured {len(caps)} datagrams ({len(valid)} parse as v2 headers); kinds "
         f"{sorted({p.kind for p in valid})}")
@@ -379,6 +401,9 @@ def main():
             tx.send(p.dst, with_msg(p.data, total=min(total * 2, 64 << 20)))
             consistent += 1
         consistent += live_sent[0]
+        tx.n += ltx.n
+        tx.errors += ltx.errors
+        log(f"chunked fragment sizes seen: {sorted(totals)[:5]}..{sorted(totals)[-3:]}")
         extra = (f"consistent_mutations={consistent} live_mutations={live_sent[0]} "
                  f"chunks_used={min(len(chunks), 200)}")
     elif a.attack == "putget":
