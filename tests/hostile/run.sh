@@ -10,6 +10,8 @@
 # Env:   KEEP=1 keeps the logs directory; JOB_TIMEOUT (s, default 120);
 #        VALGRIND=1 runs every rank under valgrind (memcheck; any error fails the job).
 # Root only (AF_PACKET capture). Ends with "N passed, N failed"; exit status 1 on any failure.
+# Tests the plugin Open MPI loads: to test a build, stage it as test.sh's stage_plugin does
+# (OMPI_MCA_mca_component_path=<pkglibdir>:<dir with mca_btl_usnic.so + help-mpi-btl-usnic.txt>).
 set -u
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -59,7 +61,7 @@ SLOW=("$WORK/slowcheck" -T 7 -t "$JOB_TIMEOUT")
 
 # The plugin that will be loaded (for the record).
 if ! ompi_info --param btl usnic --level 9 2>/dev/null | grep -q btl_usnic_stats; then
-    fail "plugin" "ompi_info shows no btl_usnic_stats parameter: is the usnic-rs plugin installed?"
+    fail "plugin" "ompi_info shows no btl_usnic_stats parameter: is the usnic-rs plugin installed or staged (OMPI_MCA_mca_component_path)?"
     finish
 fi
 
