@@ -5,7 +5,8 @@ Finds the job's UDP ports (ss -uanp, filtered by the job's PIDs), captures some 
 datagrams from an AF_PACKET socket on lo (same-host traffic, even to eth0's address, is
 looped through lo), then sends one class of hostile datagrams to those ports:
 
-  garbage    random bytes of random lengths (some starting like a v1 header), plus a few
+  garbage    random bytes of random lengths (half starting like a v2 header: version 2, a
+             kind, zero flags/tag), plus a few
              datagrams larger than the channel MTU
   truncated  every prefix of real datagrams shorter than header + payload_len
   wrongkey   real datagrams with the key field replaced (random, 0, the other rank's key)
@@ -14,13 +15,16 @@ looped through lo), then sends one class of hostile datagrams to those ports:
              offset + len overruns the fragment, offsets that wrap u32, totals over the limit,
              payload_len beyond the datagram; plus total changed consistently (parses, must be
              refused by the chunk consistency check)
-  putget     PUT/GET (kinds 4/5) with the real key and sender id, sequence numbers inside
-             the receive window (2500+ ahead of the last one seen: never reached by the slow
-             target program), regions and offsets outside any registered memory
+  putget     PUT/GET (kinds 4/5) with the real key and sender id, extended sequence numbers
+             (epoch from the captured datagrams, docs/wire.md 5a) inside the receive window
+             (2500+ ahead of the last one seen: never reached by the slow target program),
+             regions and offsets outside any registered memory
   flood      one real sequenced datagram and one real ACK, each sent thousands of times
 
-Wire format: docs/wire.md (v1, little-endian; key at 16 is the receiver's job key, src at 8
-the sender's id). Prints what it sent, one 'HOSTILE <attack> sent=N ...' summary line last.
+Wire format: docs/wire.md (version 2, little-endian: 40-byte base header with the epochs of
+seq/ack/snd_next at 32..38, message extension at 40..56, region extension at 56..72; key at
+16 is the receiver's job key, src at 8 the sender's id). Version 1 is rejected by the job, so
+only version-2 datagrams are captured. Prints what it sent, one 'HOSTILE <attack> sent=N ...' summary line last.
 Root only (AF_PACKET). Python 3 stdlib only.
 """
 import argparse
@@ -33,10 +37,18 @@ import subprocess
 import sys
 import time
 
-HDR = struct.Struct("<BBBBHHQQHHI")  # version kind flags tag seq ack src key plen rsvd sack
+VERSION = 2
+# version kind flags tag seq ack src key plen snd_next sack seq_epoch ack_epoch snd_next_epoch rsvd
+HDR = struct.Struct("<BBBBHHQQHHIHHHH")
+HDR_NAMES = ["version", "kind", "flags", "tag", "seq", "ack", "src", "key", "plen", "snd_next",
+             "sack", "seq_epoch", "ack_epoch", "snd_next_epoch", "rsvd"]
 MSG = struct.Struct("<IIII")  # id total offset reserved
 REGION = struct.Struct("<QQ")  # region region_offset
-HLEN = {1: 32, 2: 32, 3: 48, 4: 64, 5: 64, 6: 48, 7: 48, 8: 48}
+BASE = HDR.size  # 40
+MSG_AT = BASE  # 40..56
+REGION_AT = MSG_AT + MSG.size  # 56..72
+HLEN = {1: 40, 2: 40, 3: 56, 4: 72, 5: 72, 6: 56, 7: 56, 8: 56}
+assert BASE == 40 and REGION_AT + REGION.size == 72
 SEQUENCED = set(range(2, 9))
 ETH_P_ALL = 0x0003
 PACKET_OUTGOING = 4
@@ -60,11 +72,26 @@ def job_ports(pids):
     return found
 
 
+def socket_drops(dsts):
+    """Sum of the kernel's per-socket drop counters (/proc/net/udp, last column: datagrams
+    the receive buffer had no room for) of the UDP sockets bound to these (ip, port)."""
+    want = {(socket.inet_aton(ip)[::-1].hex().upper(), port) for ip, port in dsts}
+    total = 0
+    with open("/proc/net/udp") as f:
+        next(f)
+        for line in f:
+            c = line.split()
+            ip, port = c[1].split(":")
+            if (ip, int(port, 16)) in want:
+                total += int(c[-1])
+    return total
+
+
 class Pkt:
     def __init__(self, dst, data, t):
         self.dst, self.data, self.t = dst, data, t
         self.h = None
-        if len(data) >= 32 and data[0] == 1 and data[1] in HLEN:
+        if len(data) >= BASE and data[0] == VERSION and data[1] in HLEN:
             self.h = HDR.unpack_from(data)
 
     @property
@@ -74,6 +101,11 @@ class Pkt:
     @property
     def seq(self):
         return self.h[4]
+
+    @property
+    def xseq(self):
+        """Extended sequence number: epoch << 16 | seq (docs/wire.md 5a)."""
+        return self.h[11] << 16 | self.h[4]
 
     @property
     def src(self):
@@ -88,15 +120,19 @@ class Pkt:
         return self.h[8]
 
 
-def capture(targets, seconds, limit, enough=lambda got: True, max_wait=40.0):
+def capture(targets, seconds, limit, enough=lambda got: True, max_wait=40.0, live=None,
+            mine=()):
     """Datagrams to any (ip, port) in targets seen on lo: for `seconds` (at most `limit`),
-    longer (up to `max_wait`) until `enough(got)` (a slow job, e.g. under valgrind)."""
+    longer (up to `max_wait`) until `enough(got)` (a slow job, e.g. under valgrind).
+    `live(pkt)`, if given, is called on each one as soon as it is seen, and then the capture
+    goes on for `seconds` even past `limit` (only the first `limit` are kept). Datagrams from
+    UDP source ports in `mine` (this tool's own) are skipped."""
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
     s.bind(("lo", 0))
     s.settimeout(0.2)
     got = []
     t0 = time.time()
-    while len(got) < limit:
+    while len(got) < limit or (live and time.time() - t0 < seconds):
         now = time.time()
         if now - t0 >= max_wait or (now - t0 >= seconds and enough(got)):
             break
@@ -114,10 +150,16 @@ def capture(targets, seconds, limit, enough=lambda got: True, max_wait=40.0):
             continue  # not UDP, or an IP fragment
         dst_ip = socket.inet_ntoa(ip[16:20])
         udp = ip[ihl:]
-        dport = struct.unpack_from("!H", udp, 2)[0]
+        sport, dport = struct.unpack_from("!HH", udp, 0)
+        if sport in mine:
+            continue
         ulen = struct.unpack_from("!H", udp, 4)[0]
         if (dst_ip, dport) in targets:
-            got.append(Pkt((dst_ip, dport), bytes(udp[8:ulen]), time.time()))
+            p = Pkt((dst_ip, dport), bytes(udp[8:ulen]), time.time())
+            if len(got) < limit:
+                got.append(p)
+            if live:
+                live(p)
     s.close()
     return got
 
@@ -126,6 +168,8 @@ class Sender:
     def __init__(self, pace):
         self.s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        self.s.bind(("0.0.0.0", 0))
+        self.port = self.s.getsockname()[1]
         self.n = 0
         self.errors = 0
         self.pace = pace
@@ -143,17 +187,22 @@ class Sender:
 
 def with_header(p, **kw):
     """p's datagram with header fields replaced (names as in HDR)."""
-    names = ["version", "kind", "flags", "tag", "seq", "ack", "src", "key", "plen", "rsvd", "sack"]
-    f = dict(zip(names, p.h))
+    f = dict(zip(HDR_NAMES, p.h))
     f.update(kw)
-    return HDR.pack(*[f[n] for n in names]) + p.data[32:]
+    return HDR.pack(*[f[n] for n in HDR_NAMES]) + p.data[BASE:]
+
+
+def header(kind, xseq, src, key, plen, tag=0):
+    """A v2 base header without ACK information for extended sequence number xseq."""
+    return HDR.pack(VERSION, kind, 0, tag, xseq & 0xFFFF, 0, src, key, plen, 0, 0,
+                    (xseq >> 16) & 0xFFFF, 0, 0, 0)
 
 
 def with_msg(data, **kw):
     names = ["id", "total", "offset", "rsvd"]
-    f = dict(zip(names, MSG.unpack_from(data, 32)))
+    f = dict(zip(names, MSG.unpack_from(data, MSG_AT)))
     f.update(kw)
-    return data[:32] + MSG.pack(*[f[n] for n in names]) + data[48:]
+    return data[:MSG_AT] + MSG.pack(*[f[n] for n in names]) + data[REGION_AT:]
 
 
 def main():
@@ -196,9 +245,45 @@ def main():
             return len(dirs) >= 2 and any(p.kind == 1 for p in v)
         return len(v) > 0
 
-    caps = capture(targets, a.capture, 3000, enough)
+    tx = Sender(pace=100)
+    live = None
+    live_sent = [0]
+    totals = set()
+    ltx = Sender(pace=0)  # no pause: the capture must keep up
+    if a.attack == "chunk":
+        # The chunk consistency check compares against a reassembly in progress (docs/wire.md
+        # 4: tag or total differing from earlier chunks of the same id). Once the fragment is
+        # complete its id is forgotten and a copy is just a duplicate, so these mutations are
+        # sent the moment a chunk is seen, while the receiver still reassembles its fragment.
+        # The engine checks consistency before the receive window, so the copies carry a
+        # sequence number 5000 below the real one: at least 904 below the receiver's window
+        # (the sender is never more than 4096 ahead of it), a duplicate or out of window if
+        # it passed the check. Even if the real chunk was lost (its copy would then start the
+        # reassembly with the wrong total and starve the real fragment), nothing is lost.
+        # The data channel's socket holds the rest of the fragment already queued (the sender
+        # has the whole window out), so the copies go to the receiver's other socket on the
+        # same address (its priority channel: every kind is accepted on either channel), cut
+        # to 16 payload bytes to fit its MTU, where they are read before the queued chunks.
+        def live(p):
+            if p.h and p.kind == 3 and p.plen > 0 and live_sent[0] < 8000:
+                _, total, off, _ = MSG.unpack_from(p.data, MSG_AT)
+                totals.add(total)
+                # the first chunk of a fragment: the rest of it is still to come
+                if off == 0 and p.plen < total:
+                    old = (p.xseq - 5000) & 0xFFFFFFFF
+                    n = min(p.plen, 16)
+                    q = Pkt(p.dst, with_header(p, seq=old & 0xFFFF, seq_epoch=old >> 16, plen=n)
+                            [:HLEN[3] + n], 0)
+                    pid = pid_of[p.dst]
+                    to = [d for d, x in pid_of.items() if x == pid and d[0] == p.dst[0] and d != p.dst]
+                    for dst in to or [p.dst]:
+                        ltx.send(dst, with_msg(q.data, total=min(total * 2, 64 << 20)))
+                        ltx.send(dst, with_header(q, tag=p.h[3] ^ 0x01))
+                        live_sent[0] += 2
+
+    caps = capture(targets, a.capture, 3000, enough, live=live, mine={tx.port, ltx.port})
     valid = [p for p in caps if p.h]
-    log(f"captured {len(caps)} datagrams ({len(valid)} parse as v1 headers); kinds "
+    log(f"captured {len(caps)} datagrams ({len(valid)} parse as v2 headers); kinds "
         f"{sorted({p.kind for p in valid})}")
     if not valid:
         print("hostile: captured no datagram of the job (is it running over usnic?)", file=sys.stderr)
@@ -217,19 +302,24 @@ def main():
     for dst, pid in pid_of.items():
         if pid in key_of_pid:
             ports_of_key.setdefault(key_of_pid[pid], []).append(dst)
-    tx = Sender(pace=100)
     extra = ""
     end = time.time() + a.seconds
 
     if a.attack == "garbage":
         over = 0
         for i in range(a.count):
-            n = rng.choice([0, 1, 2, 31, 32, 33, 47, 48, 63, 64, rng.randrange(0, 1400)])
+            n = rng.choice([0, 1, 2, 31, 32, 33, 39, 40, 41, 55, 56, 57, 71, 72, 73,
+                            rng.randrange(0, 1400)])
             d = bytearray(rng.randbytes(n))
             if n and i % 2:
-                d[0] = 1  # looks like a v1 header: goes further through parse
+                # starts like a v2 header (version, a kind, flags and tag mostly clear): goes
+                # further through parse; a v1 version byte now and then (rejected too)
+                d[0] = VERSION if i % 10 != 1 else 1
                 if n > 1:
                     d[1] = rng.randrange(0, 10)
+                if n > 3 and i % 4 == 1:
+                    d[2] = rng.choice([0, 1])
+                    d[3] = 0
             tx.send(rng.choice(active), bytes(d))
         # Longer than the channel MTU (the provider truncates these; the edge must drop them).
         for n in [1373, 1500, 9000, 65507]:
@@ -251,12 +341,14 @@ def main():
                     n for n in (h, h + 1, h + 2, h + pl // 2, h + pl - 2, h + pl - 1) if h <= n < full}
                 for n in sorted(cuts):
                     tx.send(p.dst, p.data[:n])
-        # Headers of the 64-byte kinds (PUT/GET are not in the traffic): made from a Frag's
+        # Headers of the 72-byte kinds (PUT/GET are not in the traffic): made from a Frag's
         # header, cut at every length.
         base = next(p for p in valid if p.kind in SEQUENCED)
         for kind in (4, 5):
-            d = with_header(base, kind=kind, tag=0, plen=0)[:32] + MSG.pack(7, 64, 0, 0) + REGION.pack(1, 0)
-            for n in range(0, 64):
+            d = with_header(base, kind=kind, tag=0, plen=0)[:BASE] + MSG.pack(7, 64, 0, 0) + \
+                REGION.pack(1, 0)
+            assert len(d) == HLEN[kind]
+            for n in range(0, HLEN[kind]):
                 tx.send(base.dst, d[:n])
     elif a.attack == "wrongkey":
         keys = list(key_of_pid.values())
@@ -269,12 +361,16 @@ def main():
         kinds = {int(k) for k in a.kinds.split(",") if k}
         old = [p for p in valid if not kinds or p.kind in kinds]
         seq = sum(1 for p in old if p.kind in SEQUENCED)
+        hit = {p.dst for p in old}
+        drops0 = drops = socket_drops(hit)
         while time.time() < end and all(os.path.exists(f"/proc/{pid}") for pid in pids):
             for p in old:
                 tx.send(p.dst, p.data)
             rounds += 1
             time.sleep(a.interval)
-        extra = f"rounds={rounds} sequenced_per_round={seq}"
+            # read while the sockets exist (the job may end any moment)
+            drops = max(drops, socket_drops(hit))
+        extra = f"rounds={rounds} sequenced_per_round={seq} kernel_drops={drops - drops0}"
     elif a.attack == "chunk":
         chunks = [p for p in valid if p.kind == 3 and p.plen > 0]
         if not chunks:
@@ -283,7 +379,7 @@ def main():
             return 2
         consistent = 0
         for p in chunks[:200]:
-            pid_, total, off, _ = MSG.unpack_from(p.data, 32)
+            pid_, total, off, _ = MSG.unpack_from(p.data, MSG_AT)
             n = p.plen
             muts = [
                 with_msg(p.data, offset=total - n + 1),
@@ -300,19 +396,27 @@ def main():
             muts += [with_header(Pkt(p.dst, m, 0), kind=6, tag=0) for m in muts[:5]]
             for m in muts:
                 tx.send(p.dst, m)
-            # Parses (offset + len <= total) but contradicts the fragment's real total.
+            # Parses (offset + len <= total) but contradicts the fragment's real total (the
+            # fragment is complete by now: dropped as a duplicate).
             tx.send(p.dst, with_msg(p.data, total=min(total * 2, 64 << 20)))
             consistent += 1
-        extra = f"consistent_mutations={consistent} chunks_used={min(len(chunks), 200)}"
+        consistent += live_sent[0]
+        tx.n += ltx.n
+        tx.errors += ltx.errors
+        log(f"chunked fragment sizes seen: {sorted(totals)[:5]}..{sorted(totals)[-3:]}")
+        extra = (f"consistent_mutations={consistent} live_mutations={live_sent[0]} "
+                 f"chunks_used={min(len(chunks), 200)}")
     elif a.attack == "putget":
-        # Per direction (sender id -> receiver key): the highest sequence number seen.
+        # Per direction (sender id -> receiver key): the highest extended sequence number seen
+        # (epoch << 16 | seq, compared as signed 32-bit differences like the receiver does),
+        # so the forgeries below carry the live epoch and really land in the receive window.
         last = {}
         proto = {}
         for p in valid:
             if p.kind in SEQUENCED:
                 d = (p.src, p.key)
-                if d not in last or ((p.seq - last[d]) & 0xFFFF) < 0x8000:
-                    last[d] = p.seq
+                if d not in last or ((p.xseq - last[d]) & 0xFFFFFFFF) < 0x80000000:
+                    last[d] = p.xseq
                     proto[d] = p
         in_window = 0
         for (src, key), s in sorted(last.items()):
@@ -322,32 +426,39 @@ def main():
                 region = rng.choice([0, 1, 0xFFFFFFFFFFFFFFFF, rng.getrandbits(64)])
                 roff = rng.choice([0, 1 << 40, 0xFFFFFFFFFFFFFFFF - 4096, rng.getrandbits(48)])
                 payload = rng.randbytes(512)
-                seq = (s + 2500 + 2 * k) & 0xFFFF
-                put = HDR.pack(1, 4, 0, 0, seq, 0, src, key, len(payload), 0, 0) + \
+                seq = s + 2500 + 2 * k
+                put = header(4, seq, src, key, len(payload)) + \
                     MSG.pack(rng.randrange(1, 1 << 32), 4096, 0, 0) + REGION.pack(region, roff) + payload
-                get = HDR.pack(1, 5, 0, 0, (seq + 1) & 0xFFFF, 0, src, key, 0, 0, 0) + \
+                get = header(5, seq + 1, src, key, 0) + \
                     MSG.pack(rng.randrange(1, 1 << 32), rng.choice([1, 4096, 1 << 20, 64 << 20]), 0, 0) + \
                     REGION.pack(region, roff)
                 tx.send(dst, put)
                 tx.send(dst, get)
                 in_window += 2
                 # Old sequence numbers (duplicates) and region_offset + total overflowing u64.
-                tx.send(dst, HDR.pack(1, 4, 0, 0, (s - 5) & 0xFFFF, 0, src, key, len(payload), 0, 0)
+                tx.send(dst, header(4, s - 5, src, key, len(payload))
                         + MSG.pack(9, 4096, 0, 0) + REGION.pack(region, roff) + payload)
-                tx.send(dst, HDR.pack(1, 5, 0, 0, (s + 3000) & 0xFFFF, 0, src, key, 0, 0, 0)
+                tx.send(dst, header(5, s + 3000, src, key, 0)
                         + MSG.pack(9, 8192, 0, 0) + REGION.pack(region, 0xFFFFFFFFFFFFF000))
         extra = f"in_window={in_window} directions={len(last)}"
     elif a.attack == "flood":
         seqd = [p for p in valid if p.kind in SEQUENCED]
         acks = [p for p in valid if p.kind == 1]
         fl = Sender(pace=200)
+        hit = {p.dst for p in seqd[:1] + acks[:1]}
+        drops0 = socket_drops(hit)
         for i in range(a.count):
             if seqd:
                 fl.send(seqd[0].dst, seqd[0].data)
             if acks and i % 4 == 0:
                 fl.send(acks[0].dst, acks[0].data)
         tx = fl
-        extra = f"sequenced_copies={a.count if seqd else 0}"
+        # Give the job a moment to read what is queued, then see what never reached it: the
+        # target polls between 10 ms sleeps, and copies beyond its socket buffer are dropped
+        # by the kernel before the plugin could count them.
+        time.sleep(0.5)
+        extra = (f"sequenced_copies={a.count if seqd else 0} "
+                 f"kernel_drops={socket_drops(hit) - drops0}")
     alive = all(os.path.exists(f"/proc/{pid}") for pid in pids)
     log(f"sent {tx.n} datagrams ({tx.errors} send errors); job still running: {alive}")
     print(f"HOSTILE {a.attack} sent={tx.n} captured={len(caps)} alive={int(alive)} {extra}".rstrip(),
