@@ -41,7 +41,7 @@ fn workdir() -> &'static Path {
         )
         .unwrap();
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/plugin");
-        for prog in ["pingpong", "stall", "compute", "threads", "idle"] {
+        for prog in ["pingpong", "stall", "compute", "threads", "idle", "pvars"] {
             let st = Command::new("mpicc")
                 .args(["-O2", "-pthread"])
                 .arg("-o")
@@ -1129,4 +1129,20 @@ fn periodic_statistics_are_cumulative_or_relative() {
         *relative.last().unwrap() < 100,
         "while idle, a relative line shows the change, not the 100 earlier sends:\n{err}"
     );
+}
+
+#[test]
+fn mpi_t_counters_count_sends() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let o = mpirun(2, &["--mca", "btl", "usnic,self"], &["pvars"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    let grew: Vec<u64> = out
+        .lines()
+        .filter_map(|l| l.split("grew by ").nth(1))
+        .map(|v| v.trim().parse().expect("a number"))
+        .collect();
+    assert_eq!(grew.len(), 2, "one line per rank:\n{out}");
+    // 100 messages sent by each rank, each at least one datagram.
+    assert!(grew.iter().all(|&g| g >= 100), "{out}");
 }
