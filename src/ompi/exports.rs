@@ -14,6 +14,7 @@ use super::boundary::guard;
 use super::component::{self, with_component, with_module};
 use super::frag::Frag;
 use super::lock;
+use super::module::ModuleCell;
 use super::params::usnic_rs_params_t;
 use super::rdma::{self, RdmaArgs, RegHandle};
 use super::status::*;
@@ -330,6 +331,14 @@ pub extern "C" fn usnic_rs_flush(index: u32, endpoint: *mut mca_btl_base_endpoin
     })
 }
 
+/// The shared body of `usnic_rs_put` and `usnic_rs_get`: panic boundary, the BTL lock, the module.
+fn rdma_entry(what: &str, index: u32, a: RdmaArgs, op: fn(&ModuleCell, RdmaArgs) -> i32) -> i32 {
+    guard(what, OPAL_ERROR, || {
+        let _g = lock::enter();
+        with_module(index, |_, m| op(m, a)).unwrap_or(OPAL_ERR_BAD_PARAM)
+    })
+}
+
 /// Emulated PUT of `size` bytes at `local` to `remote_address` (inside the peer's registration
 /// `remote_handle`); `cbfunc` runs once every byte landed (or the PUT failed).
 ///
@@ -348,9 +357,10 @@ pub unsafe extern "C" fn usnic_rs_put(
     cbcontext: *mut c_void,
     cbdata: *mut c_void,
 ) -> i32 {
-    guard("put", OPAL_ERROR, || {
-        let _g = lock::enter();
-        let a = RdmaArgs {
+    rdma_entry(
+        "put",
+        index,
+        RdmaArgs {
             endpoint,
             local: local_address,
             remote: remote_address,
@@ -360,9 +370,9 @@ pub unsafe extern "C" fn usnic_rs_put(
             cb: cbfunc,
             context: cbcontext,
             data: cbdata,
-        };
-        with_module(index, |_, m| rdma::put(m, a)).unwrap_or(OPAL_ERR_BAD_PARAM)
-    })
+        },
+        rdma::put,
+    )
 }
 
 /// Emulated GET of `size` bytes at `remote_address` (inside the peer's registration
@@ -383,9 +393,10 @@ pub unsafe extern "C" fn usnic_rs_get(
     cbcontext: *mut c_void,
     cbdata: *mut c_void,
 ) -> i32 {
-    guard("get", OPAL_ERROR, || {
-        let _g = lock::enter();
-        let a = RdmaArgs {
+    rdma_entry(
+        "get",
+        index,
+        RdmaArgs {
             endpoint,
             local: local_address,
             remote: remote_address,
@@ -395,9 +406,9 @@ pub unsafe extern "C" fn usnic_rs_get(
             cb: cbfunc,
             context: cbcontext,
             data: cbdata,
-        };
-        with_module(index, |_, m| rdma::get(m, a)).unwrap_or(OPAL_ERR_BAD_PARAM)
-    })
+        },
+        rdma::get,
+    )
 }
 
 /// Let peers PUT into / GET from `[base, base + size)`; NULL on failure.
