@@ -126,6 +126,13 @@ fn text(o: &Output) -> (String, String) {
     )
 }
 
+/// stdout and stderr of a run that must have exited 0 (both are shown when it did not).
+fn succeeded(o: &Output) -> (String, String) {
+    let (out, err) = text(o);
+    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    (out, err)
+}
+
 #[test]
 fn ompi_info_lists_the_component() {
     let mut c = ompi("ompi_info");
@@ -225,8 +232,7 @@ fn pingpong_over_usnic_verifies_every_byte() {
         ],
         &["pingpong", "262144", "20"],
     );
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    let (out, err) = succeeded(&o);
     assert!(out.contains("OK: 0 errors"), "{out}");
     // usnic carried it: self cannot reach the other rank, and on both ranks the final
     // statistics of a usnic module show sends and receives.
@@ -244,8 +250,7 @@ fn healthy_run_prints_nothing() {
         &["--mca", "btl", "usnic,self"],
         &["pingpong", "200000", "5"],
     );
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    let (out, err) = succeeded(&o);
     assert!(out.contains("OK: 0 errors"), "{out}");
     // Neither our messages, nor tracing events, nor anything else.
     assert_eq!(err, "", "a healthy run printed on stderr");
@@ -462,8 +467,7 @@ fn pingpong_survives_injected_faults() {
         ],
         &["pingpong", "262144", "10"],
     );
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    let (out, err) = succeeded(&o);
     assert!(out.contains("OK: 0 errors"), "{out}");
     // Both ranks injected faults, and the losses were repaired by retransmission and the
     // copies dropped as duplicates.
@@ -512,8 +516,7 @@ fn pingpong_survives_injected_faults() {
         ],
         &["pingpong", "262144", "10"],
     );
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    let (out, err) = succeeded(&o);
     assert!(out.contains("OK: 0 errors"), "{out}");
     assert_eq!(
         per_rank(&err, |l| !l.contains(" fault_send_delayed=0 ")
@@ -537,8 +540,7 @@ fn pingpong_survives_injected_faults() {
         ],
         &["pingpong", "1024", "2"],
     );
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    let (_, err) = succeeded(&o);
     assert_param_help(&err, "fault_send_drop", "150", "a percentage, 0..100");
 }
 
@@ -551,8 +553,7 @@ fn four_ranks_all_pairs() {
         &["--mca", "btl", "usnic,self"],
         &["pingpong", "70000", "5"],
     );
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    let (out, _) = succeeded(&o);
     assert!(out.contains("OK: 0 errors"), "{out}");
 }
 
@@ -669,8 +670,7 @@ fn invalid_parameters_show_help() {
         ],
         &["pingpong", "1024", "2"],
     );
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    let (_, err) = succeeded(&o);
     let blocks = help_blocks(&err);
     assert!(!blocks.is_empty(), "{err}");
     for b in &blocks {
@@ -692,8 +692,7 @@ fn invalid_parameters_show_help() {
         ],
         &["pingpong", "1024", "2"],
     );
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    let (_, err) = succeeded(&o);
     let blocks = help_blocks(&err);
     assert!(!blocks.is_empty(), "{err}");
     let head = format!(
@@ -738,8 +737,7 @@ fn without_help_file_errors_are_one_line() {
     ]);
     c.arg(workdir().join("pingpong")).args(["1024", "2"]);
     let o = run(c, Duration::from_secs(120));
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    let (out, err) = succeeded(&o);
     assert!(out.contains("OK: 0 errors"), "{out}");
     let want = "] btl:usnic: btl_usnic_sd_num=-7 is invalid (must be -1 for automatic, or >= 16); \
                 the usnic BTL disables itself";
@@ -805,8 +803,7 @@ fn computing_peer_is_not_declared_failed() {
         ]
     };
     let o = mpirun(2, &args("1"), &["compute"]);
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    let (out, _) = succeeded(&o);
     assert!(out.contains("OK: computing peer survived"), "{out}");
     // Control: without the helper thread the same run is (wrongly) declared failed, which is
     // what the thread exists to prevent.
@@ -876,8 +873,7 @@ fn pingpong_with_emulated_put_and_get() {
         ],
         &["pingpong", "1024", "2"],
     );
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    let (_, err) = succeeded(&o);
     assert_param_help(
         &err,
         "rdma",
@@ -924,8 +920,7 @@ fn two_rank_run_is_valgrind_clean() {
     c.arg(format!("--log-file={}/vg.%p", logs.display()));
     c.arg(workdir().join("pingpong")).args(["300000", "3"]);
     let o = run(c, Duration::from_secs(400));
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    let (out, _) = succeeded(&o);
     assert!(out.contains("OK: 0 errors"), "{out}");
     let mut n = 0;
     for f in std::fs::read_dir(&logs).unwrap() {
@@ -1013,8 +1008,7 @@ fn same_node_switch_and_connectivity_map() {
         ],
         &["pingpong", "4096", "5"],
     );
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    succeeded(&o);
     let maps: Vec<String> = std::fs::read_dir(workdir())
         .unwrap()
         .flatten()
@@ -1042,8 +1036,7 @@ fn same_node_switch_and_connectivity_map() {
         ],
         &["pingpong", "4096", "5"],
     );
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    let (out, err) = succeeded(&o);
     assert!(out.contains("OK: 0 errors"), "{out}");
     let finals: Vec<&str> = err
         .lines()
@@ -1101,8 +1094,7 @@ fn periodic_statistics_are_cumulative_or_relative() {
             ],
             &["compute"],
         );
-        let (out, err) = text(&o);
-        assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+        let (_, err) = succeeded(&o);
         let lines = lo_sends(&err, 0);
         let periodic: Vec<u64> = lines.iter().filter(|l| !l.0).map(|l| l.1).collect();
         let finals: Vec<u64> = lines.iter().filter(|l| l.0).map(|l| l.1).collect();
@@ -1135,8 +1127,7 @@ fn periodic_statistics_are_cumulative_or_relative() {
 fn mpi_t_counters_count_sends() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let o = mpirun(2, &["--mca", "btl", "usnic,self"], &["pvars"]);
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    let (out, _) = succeeded(&o);
     let grew: Vec<u64> = out
         .lines()
         .filter_map(|l| l.split("grew by ").nth(1))
