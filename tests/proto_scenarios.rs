@@ -368,38 +368,27 @@ fn peer_failure_reported_once_and_everything_fails() {
 #[test]
 fn wrong_key_unknown_sender_and_garbage_are_dropped() {
     let mut p = pair();
-    let mut c = Engine::new(cfg(3, 0)).unwrap();
+    // A datagram from C, a stranger to B, that believes B to be `b`.
+    let from_c = |b: PeerInfo| {
+        let mut c = Engine::new(cfg(3, 0)).unwrap();
+        let cb = c.add_peer(us(0), b);
+        c.submit_send(us(0), cb, 1, vec![1], Cookie(1)).unwrap();
+        tx(&mut c, us(0), Channel::Priority).remove(0)
+    };
+    let b = cfg(2, 200).peer_info();
     // C knows B but with a wrong key.
-    let cb = c.add_peer(
-        us(0),
-        PeerInfo {
-            remote_id: 2,
-            remote_key: 1,
-            remote_isn: 200,
-            remote_data_mtu: 1472,
-        },
-    );
-    c.submit_send(us(0), cb, 1, vec![1], Cookie(1)).unwrap();
-    let d = tx(&mut c, us(0), Channel::Priority);
+    let d = from_c(PeerInfo {
+        remote_key: 1,
+        ..b.clone()
+    });
     assert_eq!(
-        p.b.handle_datagram(us(1), Channel::Priority, &d[0]),
+        p.b.handle_datagram(us(1), Channel::Priority, &d),
         RxOutcome::Dropped(DropReason::WrongKey)
     );
     // C with the right key but unknown to B.
-    let mut c = Engine::new(cfg(3, 0)).unwrap();
-    let cb = c.add_peer(
-        us(0),
-        PeerInfo {
-            remote_id: 2,
-            remote_key: 2000,
-            remote_isn: 200,
-            remote_data_mtu: 1472,
-        },
-    );
-    c.submit_send(us(0), cb, 1, vec![1], Cookie(1)).unwrap();
-    let d = tx(&mut c, us(0), Channel::Priority);
+    let d = from_c(b);
     assert_eq!(
-        p.b.handle_datagram(us(1), Channel::Priority, &d[0]),
+        p.b.handle_datagram(us(1), Channel::Priority, &d),
         RxOutcome::Dropped(DropReason::UnknownSender)
     );
     assert_eq!(
