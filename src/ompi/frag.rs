@@ -89,6 +89,8 @@ pub struct FragPool {
 
 impl FragPool {
     /// A frag whose segment 0 is `seg0` zeroed bytes of `buf` (capacity for `extra` more).
+    /// A buffer too small for that is replaced by one from `spare`.
+    #[allow(clippy::too_many_arguments)]
     pub fn get(
         &mut self,
         module: u32,
@@ -97,12 +99,15 @@ impl FragPool {
         extra: usize,
         flags: u32,
         order: u8,
+        spare: impl FnOnce(usize) -> Vec<u8>,
     ) -> *mut Frag {
         let mut f = self.free.pop().unwrap_or_else(|| Frag::blank(module));
         f.module = module;
         f.endpoint = endpoint;
         f.buf.clear();
-        f.buf.reserve_exact(seg0 + extra);
+        if f.buf.capacity() < seg0 + extra {
+            f.buf = spare(seg0 + extra);
+        }
         f.buf.resize(seg0, 0);
         // Reset what the PML may have set on a previous life.
         // SAFETY: zero is the valid initial state of the descriptor (see `Frag::blank`).
@@ -118,21 +123,22 @@ impl FragPool {
         Box::into_raw(f)
     }
 
-    /// Give a frag back.
+    /// Give a frag back. A large buffer is returned rather than kept on the pooled frag (it
+    /// is better spent on whichever fragment next needs that much).
     ///
     /// # Safety
     /// `f` must come from `get` on this pool and not be used afterwards (by Rust or the PML).
-    pub unsafe fn put(&mut self, f: *mut Frag) {
+    #[must_use]
+    pub unsafe fn put(&mut self, f: *mut Frag) -> Option<Vec<u8>> {
         // SAFETY: per the contract, `f` is a live Box leaked by `get`.
         let mut b = unsafe { Box::from_raw(f) };
         self.live = self.live.saturating_sub(1);
-        if b.buf.capacity() > KEEP_CAPACITY {
-            b.buf = Vec::new();
-        }
+        let big = (b.buf.capacity() > KEEP_CAPACITY).then(|| core::mem::take(&mut b.buf));
         b.endpoint = ptr::null_mut();
         if self.free.len() < POOL_MAX {
             self.free.push(b);
         }
+        big
     }
 
     /// Set segment 1 to user memory (`prepare_src` of contiguous data).
@@ -155,7 +161,7 @@ mod tests {
     #[test]
     fn descriptor_is_first() {
         let mut pool = FragPool::default();
-        let f = pool.get(0, ptr::null_mut(), 14, 0, 0x2, 255);
+        let f = pool.get(0, ptr::null_mut(), 14, 0, 0x2, 255, Vec::with_capacity);
         // SAFETY: f is live; we only read addresses and fields.
         unsafe {
             assert_eq!(f as usize, core::ptr::addr_of!((*f).des) as usize);
@@ -166,7 +172,7 @@ mod tests {
                 (*f).segs[0].seg_addr.pval as usize,
                 (*f).buf.as_ptr() as usize
             );
-            pool.put(f);
+            assert!(pool.put(f).is_none());
         }
         assert_eq!(pool.live, 0);
     }
@@ -175,7 +181,15 @@ mod tests {
     fn payload_is_header_then_user_bytes() {
         let mut pool = FragPool::default();
         let mut user = *b"user data!";
-        let f = pool.get(0, ptr::null_mut(), 4, user.len(), 0, 255);
+        let f = pool.get(
+            0,
+            ptr::null_mut(),
+            4,
+            user.len(),
+            0,
+            255,
+            Vec::with_capacity,
+        );
         // SAFETY: f is live; `user` outlives the take_payload call.
         unsafe {
             (&mut *f).buf.copy_from_slice(b"HDR:");
@@ -183,21 +197,21 @@ mod tests {
             assert_eq!((*f).des.des_segment_count, 2);
             let data = (&mut *f).take_payload();
             assert_eq!(&data, b"HDR:user data!");
-            pool.put(f);
+            assert!(pool.put(f).is_none());
         }
     }
 
     #[test]
     fn pml_may_shrink_segment_zero() {
         let mut pool = FragPool::default();
-        let f = pool.get(0, ptr::null_mut(), 100, 0, 0, 255);
+        let f = pool.get(0, ptr::null_mut(), 100, 0, 0, 255, Vec::with_capacity);
         // SAFETY: f is live.
         unsafe {
             let fr = &mut *f;
             fr.buf[..3].copy_from_slice(b"abc");
             fr.segs[0].seg_len = 3;
             assert_eq!(fr.take_payload(), b"abc");
-            pool.put(f);
+            assert!(pool.put(f).is_none());
         }
     }
 }

@@ -143,6 +143,34 @@ impl ModuleState {
         }
     }
 
+    /// A descriptor from the pool whose buffer, if it must grow, is a spare of the core.
+    pub fn new_frag(
+        &mut self,
+        module: u32,
+        endpoint: *mut Endpoint,
+        seg0: usize,
+        extra: usize,
+        flags: u32,
+        order: u8,
+    ) -> *mut Frag {
+        let engine = &mut self.engine;
+        self.frags
+            .get(module, endpoint, seg0, extra, flags, order, |cap| {
+                engine.spare_buffer(cap)
+            })
+    }
+
+    /// Gives a descriptor back to the pool (and a large buffer of it to the core's spares).
+    ///
+    /// # Safety
+    /// As `FragPool::put`: `f` came from `new_frag` and nobody uses it afterwards.
+    pub unsafe fn free_frag(&mut self, f: *mut Frag) {
+        // SAFETY: forwarded contract.
+        if let Some(buf) = unsafe { self.frags.put(f) } {
+            self.engine.recycle(buf);
+        }
+    }
+
     /// `ep` if it is one of this module's live endpoints (O(1): its peer slot must point back
     /// at it).
     pub fn check_endpoint(&self, ep: *mut Endpoint) -> Option<*mut Endpoint> {
@@ -466,6 +494,7 @@ impl ModuleCell {
     pub fn dispatch(&self, batch: &mut Vec<Upcall>) {
         let btl = self.btl.get();
         let mut reposts: Vec<(Channel, BufId)> = Vec::new();
+        let mut delivered: Vec<Vec<u8>> = Vec::new();
         for up in batch.drain(..) {
             match up {
                 Upcall::DeliverInPlace {
@@ -481,6 +510,7 @@ impl ModuleCell {
                 Upcall::DeliverOwned { mut data, tag } => {
                     let len = data.len();
                     deliver(btl, tag, data.as_mut_ptr(), len);
+                    delivered.push(data);
                 }
                 Upcall::SendDone { frag, status } => self.complete_send(frag, status),
                 Upcall::PeerFailed { endpoint } => self.peer_failed(endpoint),
@@ -490,6 +520,10 @@ impl ModuleCell {
         let mut st = self.state.borrow_mut();
         if !reposts.is_empty() {
             st.repost_all(&reposts);
+        }
+        // The PML copied what it needed during its callback.
+        for buf in delivered {
+            st.engine.recycle(buf);
         }
         // Callbacks may have queued sends (their own transmit already ran), and ACKs may be owed.
         st.transmit(crate::fabric::now());
@@ -513,7 +547,7 @@ impl ModuleCell {
         if flags & DES_FLAGS_BTL_OWNERSHIP != 0 {
             let mut st = self.state.borrow_mut();
             // SAFETY: BTL-owned and called back: nobody else refers to it any more.
-            unsafe { st.frags.put(frag) };
+            unsafe { st.free_frag(frag) };
         }
     }
 

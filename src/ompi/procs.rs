@@ -357,7 +357,7 @@ fn remove_peers(m: &ModuleCell, peers: &[crate::proto::PeerId]) {
             // complete it. Free only BTL-owned ones (the PML frees the others itself).
             unsafe {
                 if (*frag).des.des_flags & DES_FLAGS_BTL_OWNERSHIP != 0 {
-                    st.frags.put(frag);
+                    st.free_frag(frag);
                 }
             }
         }

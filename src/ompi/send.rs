@@ -40,8 +40,7 @@ pub fn alloc(
     }
     m.state
         .borrow_mut()
-        .frags
-        .get(m.index, epp, size, 0, flags, order)
+        .new_frag(m.index, epp, size, 0, flags, order)
 }
 
 pub fn free(m: &ModuleCell, des: *mut sys::mca_btl_base_descriptor_t) -> i32 {
@@ -54,7 +53,7 @@ pub fn free(m: &ModuleCell, des: *mut sys::mca_btl_base_descriptor_t) -> i32 {
         return OPAL_ERR_BAD_PARAM;
     }
     // SAFETY: the PML gives up the descriptor with this call.
-    unsafe { m.state.borrow_mut().frags.put(f) };
+    unsafe { m.state.borrow_mut().free_frag(f) };
     OPAL_SUCCESS
 }
 
@@ -80,9 +79,9 @@ pub fn prepare_src(
     let f = {
         let mut st = m.state.borrow_mut();
         if need_buffers {
-            st.frags.get(m.index, epp, reserve + want, 0, flags, order)
+            st.new_frag(m.index, epp, reserve + want, 0, flags, order)
         } else {
-            st.frags.get(m.index, epp, reserve, want, flags, order)
+            st.new_frag(m.index, epp, reserve, want, flags, order)
         }
     };
     if want == 0 {
@@ -98,7 +97,7 @@ pub fn prepare_src(
         let rc = unsafe { sys::usnic_shim_convertor_pack(conv, &mut data, &mut packed) };
         if rc != OPAL_SUCCESS {
             // SAFETY: f never reached the PML.
-            unsafe { m.state.borrow_mut().frags.put(f) };
+            unsafe { m.state.borrow_mut().free_frag(f) };
             return ptr::null_mut();
         }
         // SAFETY: f is live and ours.
@@ -114,7 +113,7 @@ pub fn prepare_src(
         let rc = unsafe { sys::usnic_shim_convertor_pack(conv, &mut data, &mut len) };
         if rc != OPAL_SUCCESS {
             // SAFETY: f never reached the PML.
-            unsafe { m.state.borrow_mut().frags.put(f) };
+            unsafe { m.state.borrow_mut().free_frag(f) };
             return ptr::null_mut();
         }
         // SAFETY: f is live; the user data stays valid until the send (PML contract).
@@ -171,7 +170,7 @@ pub fn send(
             match outcome {
                 SendOutcome::CompletedInline => {
                     // SAFETY: BTL-owned, and returning 1 tells the PML it is complete.
-                    unsafe { st.frags.put(f) };
+                    unsafe { st.free_frag(f) };
                     1
                 }
                 SendOutcome::CallbackNow => {
@@ -182,7 +181,7 @@ pub fn send(
                         if let Some(cb) = (*f).des.des_cbfunc {
                             cb(m.btl.get(), ep, des, OPAL_SUCCESS);
                         }
-                        m.state.borrow_mut().frags.put(f);
+                        m.state.borrow_mut().free_frag(f);
                     }
                     OPAL_SUCCESS
                 }
@@ -222,7 +221,7 @@ pub fn sendi(
     if m.state.borrow().inline_backlog > INLINE_BACKLOG_LIMIT {
         return OPAL_ERR_RESOURCE_BUSY;
     }
-    let mut data = Vec::with_capacity(total);
+    let mut data = m.state.borrow_mut().engine.spare_buffer(total);
     if header_size > 0 {
         // SAFETY: the PML's header of `header_size` bytes.
         data.extend_from_slice(unsafe { core::slice::from_raw_parts(header, header_size) });

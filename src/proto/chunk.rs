@@ -3,6 +3,8 @@
 
 use std::collections::HashMap;
 
+use super::spare::Spares;
+
 #[derive(Debug)]
 pub struct Reassembly {
     pub tag: u8,
@@ -33,10 +35,13 @@ impl Reassembler {
         total: u32,
         offset: u32,
         data: &[u8],
+        spares: &mut Spares,
     ) -> Option<(u8, Vec<u8>)> {
+        // Every byte of `buf` is overwritten by exactly one chunk before delivery (the sequence
+        // layer made chunks unique and `got` counts them), so a spare's old bytes never show.
         let r = self.frags.entry(id).or_insert_with(|| Reassembly {
             tag,
-            buf: vec![0u8; total as usize],
+            buf: spares.filled(total as usize),
             got: 0,
         });
         let o = offset as usize;

@@ -22,6 +22,7 @@ pub mod hotel;
 mod peer;
 mod rtt;
 pub mod seq;
+mod spare;
 pub mod window;
 pub mod wire;
 

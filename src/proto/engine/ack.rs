@@ -11,6 +11,7 @@ use super::{finish_op, Engine};
 use crate::proto::api::*;
 use crate::proto::peer::{HeldPut, Peer};
 use crate::proto::seq::{Seq, MAX_WINDOW};
+use crate::proto::spare::Spares;
 use crate::proto::window::recv::ext_diff;
 use crate::proto::window::{SegRec, SegState};
 use crate::proto::wire::AckInfo;
@@ -47,43 +48,60 @@ impl Engine {
             match rec.state {
                 SegState::InFlight => {
                     p.hotel.checkout(rec.room);
-                    delivered(p, peer, &rec, now, barrier, &mut self.events);
+                    delivered(
+                        p,
+                        peer,
+                        &rec,
+                        now,
+                        barrier,
+                        &mut self.events,
+                        &mut self.spares,
+                    );
                 }
-                SegState::Lost => delivered(p, peer, &rec, now, barrier, &mut self.events),
+                SegState::Lost => delivered(
+                    p,
+                    peer,
+                    &rec,
+                    now,
+                    barrier,
+                    &mut self.events,
+                    &mut self.spares,
+                ),
                 SegState::Sacked | SegState::Free => {}
             }
         }
         let base = cum_next.plus(1);
         let mut sack_new = false;
-        let mut mark = |k: usize, p: &mut Peer, events: &mut VecDeque<Event>| {
-            let s = base.plus(k as u16);
-            if !p.sw.contains(s) {
-                return;
-            }
-            let rec = *p.sw.get(s);
-            match rec.state {
-                SegState::InFlight => {
-                    p.hotel.checkout(rec.room);
+        let mut mark =
+            |k: usize, p: &mut Peer, events: &mut VecDeque<Event>, spares: &mut Spares| {
+                let s = base.plus(k as u16);
+                if !p.sw.contains(s) {
+                    return;
                 }
-                SegState::Lost => {}
-                SegState::Sacked | SegState::Free => return,
-            }
-            p.sw.get_mut(s).state = SegState::Sacked;
-            delivered(p, peer, &rec, now, barrier, events);
-            sack_new = true;
-        };
+                let rec = *p.sw.get(s);
+                match rec.state {
+                    SegState::InFlight => {
+                        p.hotel.checkout(rec.room);
+                    }
+                    SegState::Lost => {}
+                    SegState::Sacked | SegState::Free => return,
+                }
+                p.sw.get_mut(s).state = SegState::Sacked;
+                delivered(p, peer, &rec, now, barrier, events, spares);
+                sack_new = true;
+            };
         let mut bits = ack.sack;
         while bits != 0 {
             let k = bits.trailing_zeros() as usize;
             bits &= bits - 1;
-            mark(k, p, &mut self.events);
+            mark(k, p, &mut self.events, &mut self.spares);
         }
         for (i, &byte) in ext.iter().enumerate() {
             let mut b = byte;
             while b != 0 {
                 let k = b.trailing_zeros() as usize;
                 b &= b - 1;
-                mark(32 + i * 8 + k, p, &mut self.events);
+                mark(32 + i * 8 + k, p, &mut self.events, &mut self.spares);
             }
         }
         progress |= sack_new;
@@ -109,6 +127,7 @@ fn delivered(
     now: Instant,
     barrier: u32,
     events: &mut VecDeque<Event>,
+    spares: &mut Spares,
 ) {
     let rtt = now.0.saturating_sub(rec.sent_at.0);
     if !rec.retx {
@@ -148,7 +167,7 @@ fn delivered(
                     return;
                 }
             }
-            finish_op(peer, op, Ok(()), events);
+            finish_op(peer, op, Ok(()), events, spares);
         }
     }
 }

@@ -13,6 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use super::api::*;
 use super::fragment::{Op, OpKind};
 use super::peer::Peer;
+use super::spare::Spares;
 
 /// The `Write` the last `handle_datagram` returned, kept so `refuse_write` can act on it.
 #[derive(Debug)]
@@ -51,6 +52,8 @@ pub struct Engine {
     resend_budget: usize,
     last_now: Instant,
     last_write: Option<LastWrite>,
+    /// Buffers of finished sends and deliveries, reused for new ones.
+    spares: Spares,
 }
 
 impl Engine {
@@ -70,11 +73,23 @@ impl Engine {
             resend_list: VecDeque::new(),
             last_now: Instant(0),
             last_write: None,
+            spares: Spares::default(),
         })
     }
 
     pub fn config(&self) -> &Config {
         &self.cfg
+    }
+
+    /// An empty buffer with room for `cap` bytes, reused from a finished fragment when one is
+    /// big enough (the edge builds outgoing fragments in it).
+    pub fn spare_buffer(&mut self, cap: usize) -> Vec<u8> {
+        self.spares.with_capacity(cap)
+    }
+
+    /// Gives back a buffer the edge is done with (a delivered fragment, a freed descriptor's).
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        self.spares.give(buf);
     }
 
     /// Largest payload of a single-datagram fragment on the data channel.
@@ -245,7 +260,13 @@ impl Engine {
             });
         }
         for op in p.ops.drain_all() {
-            finish_op(peer, op, Err(Failure::PeerUnreachable), &mut self.events);
+            finish_op(
+                peer,
+                op,
+                Err(Failure::PeerUnreachable),
+                &mut self.events,
+                &mut self.spares,
+            );
         }
         let mut gets: Vec<_> = p.gets.drain().collect();
         gets.sort_by_key(|g| g.0);
@@ -288,8 +309,15 @@ const _: fn() = || {
     assert_send::<Engine>();
 };
 
-/// Reports an op's completion (if its kind reports one).
-fn finish_op(peer: PeerId, op: Op, result: Result<(), Failure>, events: &mut VecDeque<Event>) {
+/// Reports an op's completion (if its kind reports one); its bytes become a spare.
+fn finish_op(
+    peer: PeerId,
+    op: Op,
+    result: Result<(), Failure>,
+    events: &mut VecDeque<Event>,
+    spares: &mut Spares,
+) {
+    spares.give(op.data);
     match op.kind {
         OpKind::Send { .. } => events.push_back(Event::SendComplete {
             peer,

@@ -110,10 +110,14 @@ impl Engine {
                 payload,
             },
             Kind::Chunk => {
-                if let Some((tag, data)) =
-                    p.reasm
-                        .add(h.id, h.tag, h.total, h.offset, &datagram[payload])
-                {
+                if let Some((tag, data)) = p.reasm.add(
+                    h.id,
+                    h.tag,
+                    h.total,
+                    h.offset,
+                    &datagram[payload],
+                    &mut self.spares,
+                ) {
                     self.events.push_back(Event::Deliver { peer, tag, data });
                     self.ack_now(pid);
                 }

@@ -1,0 +1,145 @@
+//! Spare byte buffers, so large fragments do not cost an allocation each.
+//!
+//! A fragment of 150 KiB is above glibc's mmap/trim thresholds: allocating one per send and per
+//! reassembly made the kernel map, fault in and unmap pages for every fragment (a quarter of a
+//! bandwidth run's CPU time). Buffers of acknowledged sends, of delivered reassemblies and of
+//! freed descriptors come back here instead and are handed out again.
+
+/// Buffers smaller than this are cheap for the allocator and not kept.
+pub const SPARE_MIN: usize = 4096;
+/// At most this many buffers are kept ...
+const MAX_COUNT: usize = 64;
+/// ... holding at most this many bytes of capacity together.
+const MAX_BYTES: usize = 64 << 20;
+
+#[derive(Debug, Default)]
+pub struct Spares {
+    bufs: Vec<Vec<u8>>,
+    bytes: usize,
+}
+
+impl Spares {
+    /// An empty buffer with room for at least `cap` bytes.
+    pub fn with_capacity(&mut self, cap: usize) -> Vec<u8> {
+        match self.pick(cap, 0) {
+            Some(mut v) => {
+                v.clear();
+                v
+            }
+            None => Vec::with_capacity(cap),
+        }
+    }
+
+    /// A buffer of exactly `len` bytes whose contents are unspecified (the caller overwrites
+    /// them all). Prefers a spare that already holds `len` bytes, so nothing is zeroed.
+    pub fn filled(&mut self, len: usize) -> Vec<u8> {
+        match self.pick(len, len) {
+            Some(mut v) => {
+                v.resize(len, 0);
+                v
+            }
+            None => vec![0; len],
+        }
+    }
+
+    /// Keeps `v` for reuse if it is worth it and there is room.
+    pub fn give(&mut self, v: Vec<u8>) {
+        let cap = v.capacity();
+        if cap < SPARE_MIN || self.bufs.len() >= MAX_COUNT || self.bytes + cap > MAX_BYTES {
+            return;
+        }
+        self.bytes += cap;
+        self.bufs.push(v);
+    }
+
+    /// Bytes of capacity held.
+    #[cfg(test)]
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Best spare for `cap` bytes of room: one already `len` long if any (no zeroing), else the
+    /// smallest that fits.
+    fn pick(&mut self, cap: usize, len: usize) -> Option<Vec<u8>> {
+        if cap < SPARE_MIN {
+            return None;
+        }
+        let mut best: Option<(usize, bool, usize)> = None;
+        for (i, v) in self.bufs.iter().enumerate() {
+            if v.capacity() < cap {
+                continue;
+            }
+            let ready = v.len() >= len;
+            let better = match best {
+                None => true,
+                Some((_, r, c)) => (ready && !r) || (ready == r && v.capacity() < c),
+            };
+            if better {
+                best = Some((i, ready, v.capacity()));
+            }
+        }
+        let (i, _, _) = best?;
+        let v = self.bufs.swap_remove(i);
+        self.bytes -= v.capacity();
+        Some(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reuses_the_same_allocation() {
+        let mut s = Spares::default();
+        let v = vec![7u8; 100_000];
+        let p = v.as_ptr();
+        s.give(v);
+        let w = s.filled(90_000);
+        assert_eq!(w.as_ptr(), p, "the spare was not reused");
+        assert_eq!(w.len(), 90_000);
+        assert_eq!(s.bytes(), 0);
+        s.give(w);
+        let e = s.with_capacity(100_000);
+        assert_eq!(e.as_ptr(), p);
+        assert!(e.is_empty());
+    }
+
+    #[test]
+    fn too_small_spares_are_not_used() {
+        let mut s = Spares::default();
+        s.give(vec![1u8; 10_000]);
+        let v = s.filled(20_000);
+        assert_eq!(v.len(), 20_000);
+        assert!(v.iter().all(|&b| b == 0), "a fresh buffer is zeroed");
+        assert_eq!(s.bytes(), 10_000, "the small spare stays");
+    }
+
+    #[test]
+    fn prefers_a_spare_that_needs_no_zeroing() {
+        let mut s = Spares::default();
+        let mut short = Vec::with_capacity(200_000);
+        short.extend_from_slice(&[1u8; 10]);
+        s.give(short);
+        let long = vec![2u8; 150_000];
+        let p = long.as_ptr();
+        s.give(long);
+        let v = s.filled(150_000);
+        assert_eq!(v.as_ptr(), p);
+    }
+
+    #[test]
+    fn bounded() {
+        let mut s = Spares::default();
+        for _ in 0..(MAX_COUNT + 10) {
+            s.give(vec![0u8; SPARE_MIN]);
+        }
+        assert_eq!(s.bytes(), MAX_COUNT * SPARE_MIN);
+        s.give(vec![0u8; SPARE_MIN - 1]);
+        assert_eq!(s.bytes(), MAX_COUNT * SPARE_MIN);
+        let mut t = Spares::default();
+        t.give(vec![0u8; MAX_BYTES]);
+        t.give(vec![0u8; SPARE_MIN]);
+        assert_eq!(t.bytes(), MAX_BYTES, "the byte bound holds");
+    }
+}
