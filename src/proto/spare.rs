@@ -42,11 +42,27 @@ impl Spares {
         }
     }
 
-    /// Keeps `v` for reuse if it is worth it and there is room.
+    /// Keeps `v` for reuse if it is worth it. When the pool is full, smaller spares make room
+    /// for it: the sizes in use change (a run of 64 KiB messages, then 1 MiB ones), and a pool
+    /// stuck with the old small buffers would turn every new fragment into an allocation.
     pub fn give(&mut self, v: Vec<u8>) {
         let cap = v.capacity();
-        if cap < SPARE_MIN || self.bufs.len() >= MAX_COUNT || self.bytes + cap > MAX_BYTES {
+        if !(SPARE_MIN..=MAX_BYTES).contains(&cap) {
             return;
+        }
+        while self.bufs.len() >= MAX_COUNT || self.bytes + cap > MAX_BYTES {
+            let (i, small) = self
+                .bufs
+                .iter()
+                .enumerate()
+                .map(|(i, b)| (i, b.capacity()))
+                .min_by_key(|&(_, c)| c)
+                .expect("a full pool is not empty");
+            if small >= cap {
+                return;
+            }
+            self.bufs.swap_remove(i);
+            self.bytes -= small;
         }
         self.bytes += cap;
         self.bufs.push(v);
@@ -129,6 +145,27 @@ mod tests {
     }
 
     #[test]
+    fn larger_buffers_displace_smaller_ones() {
+        let mut s = Spares::default();
+        for _ in 0..MAX_COUNT {
+            s.give(vec![0u8; SPARE_MIN]);
+        }
+        let big = vec![0u8; 4 * SPARE_MIN];
+        let p = big.as_ptr();
+        s.give(big);
+        assert_eq!(s.bytes(), (MAX_COUNT - 1) * SPARE_MIN + 4 * SPARE_MIN);
+        let kept = s.filled(4 * SPARE_MIN);
+        assert_eq!(kept.as_ptr(), p, "the big buffer was kept");
+        s.give(vec![0u8; SPARE_MIN]);
+        s.give(vec![0u8; SPARE_MIN - 1]);
+        assert_eq!(
+            s.bytes(),
+            MAX_COUNT * SPARE_MIN,
+            "a small one is not kept when full"
+        );
+    }
+
+    #[test]
     fn bounded() {
         let mut s = Spares::default();
         for _ in 0..(MAX_COUNT + 10) {
@@ -141,5 +178,11 @@ mod tests {
         t.give(vec![0u8; MAX_BYTES]);
         t.give(vec![0u8; SPARE_MIN]);
         assert_eq!(t.bytes(), MAX_BYTES, "the byte bound holds");
+        t.give(vec![0u8; MAX_BYTES + 1]);
+        assert_eq!(
+            t.bytes(),
+            MAX_BYTES,
+            "nothing larger than the bound is kept"
+        );
     }
 }
