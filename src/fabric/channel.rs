@@ -228,6 +228,11 @@ impl ChannelRes {
         Some((BufId(i), self.tx.slice_mut(i as usize, prefix, mtu)))
     }
 
+    /// Receive buffers this channel posts.
+    pub(crate) fn rx_count(&self) -> usize {
+        self.rx_state.len()
+    }
+
     pub(crate) fn lent_tx(&self, buf: BufId) -> Result<usize, FabricError> {
         let i = buf.0 as usize;
         match self.tx_state.get(i) {

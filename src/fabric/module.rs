@@ -293,6 +293,17 @@ impl Module {
         self.channels[ch(ch_)].mtu
     }
 
+    /// Datagrams of channel `ch` that can arrive while nobody polls and still be received:
+    /// the posted receives, and for the udp provider also what the socket buffer holds.
+    pub fn rx_capacity(&self, c: Channel) -> usize {
+        let res = &self.channels[ch(c)];
+        let posted = res.rx_count();
+        match res.socket_buffers {
+            Some((rcv, _)) => posted.min(super::sockbuf::datagrams_in(rcv, res.mtu)),
+            None => posted,
+        }
+    }
+
     /// (SO_RCVBUF, SO_SNDBUF) in bytes, as the kernel reports them, of channel `ch`'s socket
     /// after the edge sized it (udp provider only; None when not found or another provider).
     pub fn socket_buffers(&self, c: Channel) -> Option<(usize, usize)> {

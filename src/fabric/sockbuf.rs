@@ -16,6 +16,14 @@ fn charge(mtu: usize) -> usize {
     mtu + 1024
 }
 
+/// Datagrams of `mtu` payload bytes a receive buffer of `rcvbuf` bytes (as the kernel reports
+/// it) holds. Half of it: the kernel reports twice what was asked for its own bookkeeping, and
+/// charges each datagram its whole allocation (on loopback a 64 KiB datagram costs more than
+/// `charge` says; a window sized on the full figure still overflowed).
+pub(crate) fn datagrams_in(rcvbuf: usize, mtu: usize) -> usize {
+    rcvbuf / 2 / charge(mtu)
+}
+
 /// This process's IPv4 UDP socket bound to exactly `name`, if any.
 pub(crate) fn find_socket(name: &libc::sockaddr_in) -> Option<RawFd> {
     for entry in std::fs::read_dir("/proc/self/fd").ok()? {

@@ -252,6 +252,8 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
         ec.local_id = module_id(jobid, vpid, index);
         ec.local_key = random_u64();
         ec.isn = random_u64() as u16;
+        ec.rx_window = fab.rx_capacity(Channel::Data) as u32;
+        let entry_rx_window = ec.rx_window;
         let entry = ModexEntry {
             id: ec.local_id,
             key: ec.local_key,
@@ -260,6 +262,7 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
             ipv4: dev.ipv4,
             netmask: dev.netmask,
             link_speed_mbps: dev.link_speed_mbps,
+            rx_window: ec.rx_window,
             address: fab.local_address(),
             // Loopback modules serve same-host peers only: nothing to check.
             cc_port: if dev.is_loopback {
@@ -305,10 +308,12 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
         log::verbose(5, || {
             format!(
                 "module {index}: {} {}/{} data MTU {data_mtu}, priority MTU {prio_mtu}, \
-                 eager limit {eager}, rndv eager limit {}, exclusivity {}",
+                 receive window {} datagrams, eager limit {eager}, rndv eager limit {}, \
+                 exclusivity {}",
                 dev.name,
                 dev.ipv4,
                 dev.netmask,
+                entry_rx_window,
                 info.rndv_eager_limit,
                 sys::MCA_BTL_EXCLUSIVITY_DEFAULT
             )

@@ -5,10 +5,10 @@
 //! word. Decoding never trusts the bytes: any inconsistency is an error naming it.
 use std::net::Ipv4Addr;
 
-/// "URS" + format version 2 (2 added `cc_port`).
-const MAGIC: [u8; 4] = *b"URS\x02";
+/// "URS" + format version 3 (2 added `cc_port`, 3 `rx_window`).
+const MAGIC: [u8; 4] = *b"URS\x03";
 /// Fixed part of one entry, before the fabric address bytes.
-const ENTRY_FIXED: usize = 8 + 8 + 2 + 4 + 4 + 4 + 4 + 2 + 2;
+const ENTRY_FIXED: usize = 8 + 8 + 2 + 4 + 4 + 4 + 4 + 2 + 2 + 4;
 /// Upper bound on a fabric address (sockaddr_in6 is 28 bytes; leave room for other providers).
 const MAX_ADDR: usize = 256;
 /// Upper bound on modules per process (sanity bound on wire input).
@@ -33,6 +33,8 @@ pub struct ModexEntry {
     pub address: Vec<u8>,
     /// UDP port of this host's connectivity agent on `ipv4` (0 = not checked).
     pub cc_port: u16,
+    /// Data-channel datagrams the module absorbs while not polling (`Config::rx_window`).
+    pub rx_window: u32,
 }
 
 impl ModexEntry {
@@ -56,6 +58,7 @@ pub fn encode(entries: &[ModexEntry]) -> Vec<u8> {
         out.extend_from_slice(&(e.address.len() as u16).to_le_bytes());
         out.extend_from_slice(&e.address);
         out.extend_from_slice(&e.cc_port.to_le_bytes());
+        out.extend_from_slice(&e.rx_window.to_le_bytes());
     }
     out
 }
@@ -121,6 +124,7 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<ModexEntry>, String> {
         }
         let address = r.take(alen)?.to_vec();
         let cc_port = r.u16()?;
+        let rx_window = r.u32()?;
         if data_mtu < 64 {
             return Err(format!("entry {i}: data MTU {data_mtu} too small"));
         }
@@ -134,6 +138,7 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<ModexEntry>, String> {
             link_speed_mbps,
             address,
             cc_port,
+            rx_window,
         });
     }
     if r.at != bytes.len() {
@@ -160,6 +165,7 @@ mod tests {
             link_speed_mbps: 25_000,
             address: vec![10, 0, 0, i, 0x12, 0x34, 0x56, 0x78],
             cc_port: 40000 + i as u16,
+            rx_window: 100 + i as u32,
         }
     }
 
@@ -188,7 +194,7 @@ mod tests {
     #[test]
     fn bad_fields_are_rejected() {
         let mut blob = encode(&[entry(1)]);
-        blob[3] = 1; // the version before cc_port
+        blob[3] = 2; // the version before rx_window
         assert!(decode(&blob).is_err());
         let mut blob = encode(&[entry(1)]);
         blob[4..6].copy_from_slice(&1000u16.to_le_bytes());

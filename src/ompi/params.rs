@@ -367,6 +367,7 @@ impl Settings {
             local_id: 0,
             local_key: 0,
             isn: 0,
+            rx_window: 0,
         }
     }
 }

@@ -213,6 +213,7 @@ fn connect(
             remote_key: e.key,
             remote_isn: e.isn,
             remote_data_mtu: e.data_mtu as usize,
+            remote_rx_window: e.rx_window,
         },
     );
     let ep = Box::into_raw(Box::new(Endpoint {

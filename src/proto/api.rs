@@ -74,6 +74,10 @@ pub struct Config {
     pub local_key: u64,
     /// Initial sequence number of this module's send direction.
     pub isn: u16,
+    /// Data-channel datagrams this module can absorb while it is not polling (what its
+    /// receive queue and socket buffer hold); 0 = no limit. Peers keep no more than this in
+    /// flight towards it, because what arrives beyond it is dropped by the kernel.
+    pub rx_window: u32,
 }
 
 impl Default for Config {
@@ -93,6 +97,7 @@ impl Default for Config {
             local_id: 0,
             local_key: 0,
             isn: 0,
+            rx_window: 0,
         }
     }
 }
@@ -105,6 +110,7 @@ impl Config {
             remote_key: self.local_key,
             remote_isn: self.isn,
             remote_data_mtu: self.data_mtu,
+            remote_rx_window: self.rx_window,
         }
     }
 }
@@ -129,6 +135,8 @@ pub struct PeerInfo {
     pub remote_isn: u16,
     /// Largest datagram the peer accepts on its data channel (min'ed with ours).
     pub remote_data_mtu: usize,
+    /// The peer's `rx_window` (0 = no limit).
+    pub remote_rx_window: u32,
 }
 
 /// Why a submission was refused. Nothing is queued when one is returned.

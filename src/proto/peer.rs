@@ -87,15 +87,29 @@ pub struct Peer {
     pub in_ack_list: bool,
 }
 
+/// Fewest segments a peer's receive capacity may shrink the send window to (below this,
+/// fast repair has too little in flight to work with).
+const MIN_SEND_WINDOW: u16 = 16;
+
+/// The send window towards a peer that can absorb `remote_rx_window` datagrams (0 = no limit).
+fn send_window(window: u16, remote_rx_window: u32) -> u16 {
+    if remote_rx_window == 0 {
+        return window;
+    }
+    let rx = remote_rx_window.min(u16::MAX as u32) as u16;
+    window.min(rx.max(MIN_SEND_WINDOW))
+}
+
 impl Peer {
     pub fn new(now: Instant, info: PeerInfo, mtu: usize, cfg: &super::api::Config) -> Peer {
         let cap = (cfg.window as usize).next_power_of_two();
+        let window = send_window(cfg.window, info.remote_rx_window);
         Peer {
             rw: RecvWindow::new(info.remote_isn),
             info,
             failed: false,
             mtu,
-            sw: SendWindow::new(cfg.isn, cfg.window),
+            sw: SendWindow::new(cfg.isn, window),
             hotel: Hotel::new(cap),
             rtt: Rtt::new(cfg.rto_initial, cfg.rto_min, cfg.rto_max),
             ops: OpSlab::default(),
