@@ -439,23 +439,26 @@ fn credits_limit_transmissions_and_come_back() {
 
 #[test]
 fn resends_per_pass_are_bounded() {
-    let mut p = pair();
+    // A budget below the probes a timeout releases, so the budget is what binds.
+    let mut ca = cfg(1, 100);
+    ca.max_resends_per_pass = 4;
+    let mut p = pair_with(ca, cfg(2, 200));
     for i in 0..100 {
         p.a.submit_send(us(0), p.ab, 1, vec![0; 1000], Cookie(i))
             .unwrap();
     }
     assert_eq!(tx(&mut p.a, us(0), Channel::Data).len(), 100);
-    // Everything lost: at the timeout all 100 are due, but a pass sends at most 16.
+    // Everything lost: the timeout releases 8 probes, but a pass sends at most 4.
     p.a.handle_timeout(us(5_000));
-    assert_eq!(tx(&mut p.a, us(5_000), Channel::Data).len(), 16);
+    assert_eq!(tx(&mut p.a, us(5_000), Channel::Data).len(), 4);
     assert_eq!(
         p.a.poll_timeout(),
         Some(us(5_000)),
         "more resends wait for the next pass"
     );
     p.a.handle_timeout(us(5_001));
-    assert_eq!(tx(&mut p.a, us(5_001), Channel::Data).len(), 16);
-    assert_eq!(p.a.stats().resends_timeout, 32);
+    assert_eq!(tx(&mut p.a, us(5_001), Channel::Data).len(), 4);
+    assert_eq!(p.a.stats().resends_timeout, 8);
     // Backoff: the next timeout is at least twice the first.
     let mut t = us(5_001);
     for _ in 0..10 {
@@ -466,6 +469,70 @@ fn resends_per_pass_are_bounded() {
     assert!(next.0 >= t.0 + 9_000_000, "backed off: {next:?} vs {t:?}");
     t = next;
     let _ = t;
+}
+
+#[test]
+fn a_timeout_probes_the_oldest_and_rearms_the_rest() {
+    let mut p = pair();
+    for i in 0..100 {
+        p.a.submit_send(us(0), p.ab, 1, vec![0; 1000], Cookie(i))
+            .unwrap();
+    }
+    let first = tx(&mut p.a, us(0), Channel::Data);
+    assert_eq!(first.len(), 100);
+    // Nothing acknowledged by 5 ms: only the 8 oldest are resent, not the whole window.
+    p.a.handle_timeout(us(5_000));
+    let probes = tx(&mut p.a, us(5_000), Channel::Data);
+    assert_eq!(probes.len(), 8);
+    assert_eq!(p.a.stats().resends_timeout, 8);
+    // The ACKs were only late: B received everything. Its ACK covers the whole window, so
+    // nothing more is resent, ever.
+    for d in &first {
+        p.b.handle_datagram(us(5_100), Channel::Data, d);
+    }
+    for d in &probes {
+        p.b.handle_datagram(us(5_100), Channel::Data, d);
+    }
+    assert_eq!(p.b.stats().dup_recvs, 8, "only the probes arrived twice");
+    p.b.handle_timeout(us(6_000));
+    for a in tx(&mut p.b, us(6_000), Channel::Priority) {
+        p.a.handle_datagram(us(6_100), Channel::Priority, &a);
+    }
+    assert!(p.a.is_idle(p.ab));
+    p.a.handle_timeout(us(100_000));
+    assert!(tx(&mut p.a, us(100_000), Channel::Data).is_empty());
+    assert_eq!(p.a.stats().resends_timeout, 8);
+}
+
+#[test]
+fn a_peer_gets_no_more_in_flight_than_it_can_absorb() {
+    // B's socket holds 40 datagrams: A keeps at most 40 unacknowledged towards it.
+    let mut cb = cfg(2, 200);
+    cb.rx_window = 40;
+    let mut p = pair_with(cfg(1, 100), cb);
+    for i in 0..100 {
+        p.a.submit_send(us(0), p.ab, 1, vec![0; 1000], Cookie(i))
+            .unwrap();
+    }
+    let first = tx(&mut p.a, us(0), Channel::Data);
+    assert_eq!(first.len(), 40);
+    for d in &first {
+        p.b.handle_datagram(us(10), Channel::Data, d);
+    }
+    p.b.handle_timeout(us(1_000));
+    for a in tx(&mut p.b, us(1_000), Channel::Priority) {
+        p.a.handle_datagram(us(1_010), Channel::Priority, &a);
+    }
+    assert_eq!(tx(&mut p.a, us(1_010), Channel::Data).len(), 40);
+    // A tiny receive capacity still leaves fast repair something to work with.
+    let mut cb = cfg(2, 200);
+    cb.rx_window = 2;
+    let mut p = pair_with(cfg(1, 100), cb);
+    for i in 0..100 {
+        p.a.submit_send(us(0), p.ab, 1, vec![0; 1000], Cookie(i))
+            .unwrap();
+    }
+    assert_eq!(tx(&mut p.a, us(0), Channel::Data).len(), 16);
 }
 
 #[test]

@@ -54,6 +54,8 @@ pub struct Engine {
     last_write: Option<LastWrite>,
     /// Buffers of finished sends and deliveries, reused for new ones.
     spares: Spares,
+    /// Expired segments waiting for the next timeout (scratch of `handle_timeout`).
+    rearm: Vec<super::seq::Seq>,
 }
 
 impl Engine {
@@ -74,6 +76,7 @@ impl Engine {
             last_now: Instant(0),
             last_write: None,
             spares: Spares::default(),
+            rearm: Vec::new(),
         })
     }
 

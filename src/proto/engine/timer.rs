@@ -5,6 +5,11 @@ use super::Engine;
 use crate::proto::api::*;
 use crate::proto::window::SegState;
 
+/// Expired segments resent per peer per timeout (the rest wait for the probes' ACKs). A
+/// small window recovers from heavy loss mostly by timeout, so a single probe would serialise
+/// its repairs; a large one loses little by waiting a round trip for fast repair.
+const TIMEOUT_PROBES: usize = 8;
+
 impl Engine {
     /// Fire due timers: retransmissions, delayed ACKs, peer failure. Also starts a new
     /// progress pass: the retransmission budget is refilled to `max_resends_per_pass`.
@@ -19,9 +24,21 @@ impl Engine {
             if p.failed {
                 continue;
             }
+            // A few probes per timeout: the oldest expired segments are resent and the others
+            // wait another (backed-off) timeout. When the timeout was spurious (ACKs only late, as
+            // when a rank is descheduled or a burst is still being read), nothing else is
+            // resent; when they were lost, the probe's ACK lets fast repair declare them lost
+            // (it was transmitted after them), one round trip later.
             let mut expired = false;
+            let mut probes = 0;
+            self.rearm.clear();
             while let Some(seq) = p.hotel.pop_expired(now) {
                 let s = crate::proto::seq::Seq(seq as u16);
+                if probes == TIMEOUT_PROBES {
+                    self.rearm.push(s);
+                    continue;
+                }
+                probes += 1;
                 let r = p.sw.get_mut(s);
                 r.state = SegState::Lost;
                 r.fast = false;
@@ -30,6 +47,20 @@ impl Engine {
             }
             if expired {
                 p.rtt.backoff();
+                let deadline = now + Duration(p.rtt.rto());
+                for &s in &self.rearm {
+                    match p.hotel.checkin(s.0 as u32, deadline) {
+                        Some(room) => p.sw.get_mut(s).room = room,
+                        None => {
+                            // No room (cannot happen: these rooms were just vacated); never
+                            // leave a segment without a timer.
+                            let r = p.sw.get_mut(s);
+                            r.state = SegState::Lost;
+                            r.fast = false;
+                            p.resend_q.push_back(s.0);
+                        }
+                    }
+                }
             }
             let mut lost = expired;
             if p.rack_deadline.is_some_and(|d| d <= now) {
