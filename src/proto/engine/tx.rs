@@ -288,10 +288,17 @@ fn emit_segment(
     let n = h.emit(buf);
     let (o, l) = (rec.off as usize, rec.len as usize);
     buf[n..n + l].copy_from_slice(&op.data[o..o + l]);
-    if p.ack_owed && !hold {
+    // An ACK riding a data-channel segment queues at the peer behind everything still in
+    // flight on that channel; with a backlog that is longer than the peer's timeout (4 MiB of
+    // 64 KiB datagrams take a millisecond to read), so the standalone ACK stays due.
+    if p.ack_owed && !hold && (rec.prio || p.sw.in_flight() <= PIGGYBACK_BACKLOG) {
         p.ack_owed = false;
         p.ack_due = false;
         stats.acks_piggybacked += 1;
     }
     n + l
 }
+
+/// Data segments in flight to a peer beyond which an ACK piggy-backed on the data channel
+/// does not count as sent.
+const PIGGYBACK_BACKLOG: u16 = 8;
