@@ -25,6 +25,13 @@ const INLINE_COOKIE: u64 = 1 << 63;
 /// A module without peers is polled on every this many progress calls only (each poll of the
 /// udp provider costs a recvmsg per channel).
 const IDLE_POLL_EVERY: u32 = 64;
+/// Empty polls after which the data channel counts as quiet ...
+const DATA_QUIET_AFTER: u32 = 64;
+/// ... and is then polled only every this many progress calls (until it yields something).
+/// Every poll of the udp provider is a recvmsg system call; small messages and ACKs travel on
+/// the priority channel, so while the data channel is quiet half of each progress loop was an
+/// empty system call, which a ping-pong pays for in detection delay on every hop.
+const DATA_QUIET_POLL_EVERY: u32 = 4;
 /// `FI_ETRUNC` of `<rdma/fi_errno.h>`: a receive longer than the posted buffer.
 const FI_ETRUNC: i32 = 265;
 /// Unacknowledged inline-completed bytes above which sends wait for their ACK instead
@@ -104,6 +111,10 @@ pub struct ModuleState {
     /// Progress calls skipped while the module has no peer (it is polled every
     /// `IDLE_POLL_EVERY`th call, so stray datagrams are drained and counted).
     idle_skips: u32,
+    /// Consecutive empty polls of the data channel, and progress calls since it was last
+    /// polled while quiet.
+    data_empty: u32,
+    data_skipped: u32,
 }
 
 pub struct ModuleCell {
@@ -140,6 +151,8 @@ impl ModuleState {
             gets: 0,
             oversize_recvs: 0,
             idle_skips: 0,
+            data_empty: 0,
+            data_skipped: 0,
         }
     }
 
@@ -260,10 +273,24 @@ impl ModuleState {
     pub fn collect(&mut self, now: Instant, out: &mut Vec<Upcall>) -> usize {
         let mut n = 0;
         for ch in CHANNELS {
+            if ch == Channel::Data && self.data_empty >= DATA_QUIET_AFTER {
+                self.data_skipped += 1;
+                if self.data_skipped < DATA_QUIET_POLL_EVERY {
+                    continue;
+                }
+                self.data_skipped = 0;
+            }
             let mut comps = core::mem::take(&mut self.completions);
             comps.clear();
             if let Err(e) = self.fabric.poll(ch, CQ_BATCH, &mut comps) {
                 log::error(&format!("completion queue of channel {ch:?} failed: {e}"));
+            }
+            if ch == Channel::Data {
+                self.data_empty = if comps.is_empty() {
+                    self.data_empty.saturating_add(1)
+                } else {
+                    0
+                };
             }
             n += comps.len();
             for c in comps.drain(..) {
