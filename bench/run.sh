@@ -38,6 +38,8 @@ usage: bench/run.sh [options]
   --reps N           repetitions per measurement (default 5; medians are taken over them)
   --netns            run the MPI configurations across two netns-cluster.sh hosts h1, h2 (root only)
   --reuse-cluster    with --netns: use an already running cluster instead of refusing to touch it
+  --mtu N            with --netns: set the MTU of every veth and the bridge to N (e.g. 9000, jumbo frames);
+                     the BTL and the raw streaming test then use N - 28 byte datagrams (default: 1500)
   --loss LIST        comma list of loss percentages (e.g. 1,5): bandwidth under loss vs the clean run
                      (--netns: netem on h2's link for every MPI configuration; one host: usnic only,
                      through its fault-injection MCA parameter USNIC_LOSS_PARAM)
@@ -60,7 +62,7 @@ die() { echo "bench/run.sh: error: $*" >&2; exit 1; }
 say() { printf '%s\n' "$*"; }
 
 QUICK=0 REPS=5 NETNS=0 REUSE=0 LOSS="" CONFIGS="usnic,tcp,rxd,vader" SUBJECT=usnic TARGET_TIME=""
-DGRAM_SIZE="" DGRAM_SET=0 NETPIPE=1 BOOST=1 OUT="" REPS_SET=0
+DGRAM_SIZE="" DGRAM_SET=0 NETPIPE=1 BOOST=1 OUT="" REPS_SET=0 LINK_MTU=""
 ARGS=("$@")
 while (($#)); do
     case $1 in
@@ -68,6 +70,7 @@ while (($#)); do
         --reps) REPS=${2:?--reps needs N}; REPS_SET=1; shift ;;
         --netns) NETNS=1 ;;
         --reuse-cluster) REUSE=1 ;;
+        --mtu) LINK_MTU=${2:?--mtu needs N}; shift ;;
         --loss) LOSS=${2:?--loss needs a list like 1,5}; shift ;;
         --configs) CONFIGS=${2:?--configs needs a list}; shift ;;
         --subject) SUBJECT=${2:?--subject needs a configuration}; shift ;;
@@ -82,6 +85,11 @@ while (($#)); do
     shift
 done
 [[ $REPS =~ ^[1-9][0-9]*$ ]] || die "--reps wants a positive integer, got '$REPS'"
+if [ -n "$LINK_MTU" ]; then
+    ((NETNS)) || die "--mtu applies to the netns links only (add --netns)"
+    [[ $LINK_MTU =~ ^[0-9]+$ ]] && ((LINK_MTU >= 576 && LINK_MTU <= 65535)) ||
+        die "--mtu wants a number of bytes between 576 and 65535, got '$LINK_MTU'"
+fi
 ((QUICK && !REPS_SET)) && REPS=1
 if [ -n "$LOSS" ]; then
     [[ $LOSS =~ ^[0-9]+(\.[0-9]+)?(,[0-9]+(\.[0-9]+)?)*$ ]] || die "--loss wants percentages like 1,5, got '$LOSS'"
@@ -132,6 +140,7 @@ JOB_TIMEOUT=${JOB_TIMEOUT:-180}  # the slowest clean job here (rxd bibw to 4 MiB
 # ---- run layout ----
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 LABEL=$( ((NETNS)) && echo netns || echo local )
+[ -n "$LINK_MTU" ] && LABEL+=-mtu$LINK_MTU
 ((QUICK)) && LABEL+=-quick
 OUT=${OUT:-$BENCH/results/$LABEL}
 RAW=$BENCH/results/raw/$STAMP-$LABEL
@@ -174,11 +183,18 @@ if ((NETNS)); then
         "$NETNS_CLUSTER" up 2 >/dev/null || die "--netns: netns-cluster.sh up 2 failed"
         CLUSTER_UP_BY_US=1
     fi
+    if [ -n "$LINK_MTU" ]; then
+        ((CLUSTER_UP_BY_US)) || die "--mtu with --reuse-cluster would change another user's links; bring the cluster down first"
+        ip -n ncbr link set br0 mtu "$LINK_MTU" &&
+            for i in 1 2; do
+                ip -n ncbr link set "p$i" mtu "$LINK_MTU" && ip -n "h$i" link set veth0 mtu "$LINK_MTU" || exit 1
+            done || die "--mtu: cannot set MTU $LINK_MTU on the netns links"
+    fi
     LAUNCH=(env NC_PIN=1 "$NETNS_CLUSTER" exec h1 mpirun --allow-run-as-root --host h1,h2 -np 2 --bind-to none
             --mca plm_rsh_agent "$NETNS_CLUSTER rsh-agent" --mca oob_tcp_if_include "$NC_NET.0/24"
             -x FI_UDP_IFACE=veth0 -x FI_TCP_IFACE=veth0)
     IFACE=veth0 TCP_IF="$NC_NET.0/24"
-    BINDING="2 hosts (netns h1, h2 over veth + bridge); NC_PIN=1 pins h1 to CPU 0 and h2 to CPU 1; mpirun --bind-to none keeps that mask"
+    BINDING="2 hosts (netns h1, h2 over veth + bridge, link MTU ${LINK_MTU:-1500}); NC_PIN=1 pins h1 to CPU 0 and h2 to CPU 1; mpirun --bind-to none keeps that mask"
 else
     LAUNCH=(mpirun --allow-run-as-root -np 2 --bind-to core --map-by core --mca oob_tcp_if_include lo
             -x FI_UDP_IFACE=lo -x FI_TCP_IFACE=lo)
