@@ -3,7 +3,8 @@
 //! A `Frag` starts with Open MPI's own `mca_btl_base_descriptor_t` (layout from bindgen), so a
 //! `*mut Frag` *is* the descriptor pointer the PML sees. Segment 0 always lives in `buf` (the PML
 //! writes its header there: `reserve` bytes for `prepare_src`, everything for `alloc`); segment 1,
-//! when present, is the user's contiguous data referenced in place until `btl_send` copies it.
+//! when present, is the user's contiguous data, lent to the core in place (`LentFrag`) until it is
+//! acknowledged.
 use core::ptr;
 
 use super::endpoint::Endpoint;
@@ -74,6 +75,41 @@ impl Frag {
             data.extend_from_slice(user);
         }
         data
+    }
+}
+
+/// A fragment's bytes lent to the core where they are: segment 0 (the PML's header, in `buf`)
+/// and segment 1 (the user's data), read each time a segment is cut or retransmitted. This
+/// saves copying the user's data into a buffer of ours before it goes to the kernel.
+#[derive(Debug)]
+pub struct LentFrag(*const Frag);
+
+// SAFETY: the frag is only read, and only by the engine, which lives under the module lock.
+unsafe impl Send for LentFrag {}
+
+impl LentFrag {
+    /// # Safety
+    /// `f` must be live, with segment 1 pointing to `seg_len(1)` readable bytes, and both
+    /// segments must stay valid and unchanged until the core reports the send complete (the
+    /// send is then called back on acknowledgement, not before: that is the PML's promise
+    /// to keep the user's buffer and the descriptor).
+    pub unsafe fn new(f: *const Frag) -> LentFrag {
+        LentFrag(f)
+    }
+}
+
+impl crate::proto::Lent for LentFrag {
+    fn pieces(&self) -> [&[u8]; 2] {
+        // SAFETY: per `new`'s contract, the frag and its segments are valid for as long as
+        // the core holds this (it drops it before reporting the send complete).
+        unsafe {
+            let f = &*self.0;
+            let len0 = f.seg_len(0).min(f.buf.len());
+            [
+                &f.buf[..len0],
+                core::slice::from_raw_parts(f.segs[1].seg_addr.pval as *const u8, f.seg_len(1)),
+            ]
+        }
     }
 }
 
@@ -197,6 +233,32 @@ mod tests {
             assert_eq!((*f).des.des_segment_count, 2);
             let data = (&mut *f).take_payload();
             assert_eq!(&data, b"HDR:user data!");
+            assert!(pool.put(f).is_none());
+        }
+    }
+
+    #[test]
+    fn lent_frag_reads_header_then_user_bytes_in_place() {
+        use crate::proto::{Lent, Payload};
+        let mut pool = FragPool::default();
+        let mut user = *b"user data!";
+        let f = pool.get(0, ptr::null_mut(), 4, 0, 0, 255, Vec::with_capacity);
+        // SAFETY: f is live and `user` outlives the payload (dropped before both).
+        unsafe {
+            (&mut *f).buf.copy_from_slice(b"HDR:");
+            let up = user.as_mut_ptr();
+            FragPool::set_user_segment(f, up, user.len());
+            let lent: Box<dyn Lent> = Box::new(LentFrag::new(f));
+            let p = Payload::from(lent);
+            assert_eq!(p.len(), 14);
+            let mut out = [0u8; 14];
+            p.copy_to(0, &mut out);
+            assert_eq!(&out, b"HDR:user data!");
+            // Read where it is: a change to the user's buffer shows (nothing was copied).
+            *up = b'U';
+            p.copy_to(4, &mut out[..4]);
+            assert_eq!(&out[..4], b"User");
+            drop(p);
             assert!(pool.put(f).is_none());
         }
     }

@@ -2,10 +2,10 @@
 use core::ptr;
 
 use crate::fabric;
-use crate::proto::{Cookie, SubmitError};
+use crate::proto::{Cookie, Lent, Payload, SubmitError};
 
 use super::endpoint::Endpoint;
-use super::frag::{Frag, FragPool};
+use super::frag::{Frag, FragPool, LentFrag};
 use super::log;
 use super::module::{ModuleCell, INLINE_BACKLOG_LIMIT};
 use super::status::*;
@@ -155,9 +155,26 @@ pub fn send(
         (*f).des.des_flags
     };
     let mut st = m.state.borrow_mut();
-    let outcome = send_outcome(flags, st.inline_backlog > INLINE_BACKLOG_LIMIT);
-    // SAFETY: segment 1, if any, is the user data prepare_src referenced (still valid now).
-    let data = unsafe { (*f).take_payload() };
+    // SAFETY: f is a live descriptor of this module.
+    let lend = unsafe { (*f).des.des_segment_count == 2 && (*f).seg_len(1) > 0 };
+    let outcome = if lend {
+        // The user's data is read in place until it is acknowledged, so the PML may not reuse
+        // its buffer before then.
+        SendOutcome::CallbackOnAck {
+            btl_frees: flags & DES_FLAGS_BTL_OWNERSHIP != 0,
+        }
+    } else {
+        send_outcome(flags, st.inline_backlog > INLINE_BACKLOG_LIMIT)
+    };
+    let data: Payload = if lend {
+        // SAFETY: prepare_src set segment 1 to the user's contiguous data; the outcome above
+        // calls the PML back (and frees the frag) only once the core reports completion.
+        let lent: Box<dyn Lent> = Box::new(unsafe { LentFrag::new(f) });
+        lent.into()
+    } else {
+        // SAFETY: segment 1, if any, is the user data prepare_src referenced (still valid now).
+        unsafe { (*f).take_payload() }.into()
+    };
     let len = data.len();
     let cookie = match outcome {
         SendOutcome::CompletedInline | SendOutcome::CallbackNow => st.inline_cookie(len),

@@ -2,6 +2,7 @@
 //! they are cut into segments.
 
 use super::api::Cookie;
+use super::payload::Payload;
 use super::wire::{Kind, BASE_LEN, MSG_LEN, REGION_LEN};
 
 #[derive(Clone, Debug)]
@@ -26,10 +27,10 @@ pub enum OpKind {
 
 /// One operation: its bytes stay here until every segment is acknowledged, so retransmissions
 /// are rebuilt from them (no per-segment copy is kept).
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Op {
     pub kind: OpKind,
-    pub data: Vec<u8>,
+    pub data: Payload,
     pub cookie: Cookie,
     /// Message id on the wire (fragment id, put id, get request id); 0 for single frags.
     pub id: u32,

@@ -19,6 +19,7 @@ mod config;
 mod engine;
 mod fragment;
 pub mod hotel;
+mod payload;
 mod peer;
 mod rtt;
 pub mod seq;
@@ -28,3 +29,4 @@ pub mod wire;
 
 pub use api::*;
 pub use engine::Engine;
+pub use payload::{Lent, Payload};

@@ -320,7 +320,9 @@ fn finish_op(
     events: &mut VecDeque<Event>,
     spares: &mut Spares,
 ) {
-    spares.give(op.data);
+    if let Some(buf) = op.data.into_buffer() {
+        spares.give(buf);
+    }
     match op.kind {
         OpKind::Send { .. } => events.push_back(Event::SendComplete {
             peer,

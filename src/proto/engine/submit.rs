@@ -3,6 +3,7 @@
 use super::{Engine, LastWrite};
 use crate::proto::api::*;
 use crate::proto::fragment::{Op, OpKind};
+use crate::proto::payload::Payload;
 use crate::proto::peer::PendingGet;
 use crate::proto::wire::{BASE_LEN, MAX_REASSEMBLY};
 
@@ -15,10 +16,10 @@ impl Engine {
         }
     }
 
-    fn new_op(kind: OpKind, data: Vec<u8>, total: u32, id: u32, cookie: Cookie) -> Op {
+    fn new_op(kind: OpKind, data: impl Into<Payload>, total: u32, id: u32, cookie: Cookie) -> Op {
         Op {
             kind,
-            data,
+            data: data.into(),
             cookie,
             id,
             total,
@@ -50,15 +51,17 @@ impl Engine {
 
     /// Queue a PML fragment. Tiny ones (`<= max_tiny_payload()`) go on the priority channel,
     /// others on the data channel, chunked when larger than one datagram to this peer.
-    /// `SendComplete` follows when every byte is acknowledged.
+    /// `SendComplete` follows when every byte is acknowledged. Lent bytes (`Payload::Lent`)
+    /// are read until then and dropped before that event.
     pub fn submit_send(
         &mut self,
         now: Instant,
         peer: PeerId,
         tag: u8,
-        data: Vec<u8>,
+        data: impl Into<Payload>,
         cookie: Cookie,
     ) -> Result<(), SubmitError> {
+        let data = data.into();
         self.commit_write();
         self.touch(now);
         self.usable_peer(peer)?;

@@ -287,7 +287,7 @@ fn emit_segment(
     }
     let n = h.emit(buf);
     let (o, l) = (rec.off as usize, rec.len as usize);
-    buf[n..n + l].copy_from_slice(&op.data[o..o + l]);
+    op.data.copy_to(o, &mut buf[n..n + l]);
     // An ACK riding a data-channel segment queues at the peer behind everything still in
     // flight on that channel; with a backlog that is longer than the peer's timeout (4 MiB of
     // 64 KiB datagrams take a millisecond to read), so the standalone ACK stays due.

@@ -1,0 +1,123 @@
+//! The bytes of an operation: owned by the core, or lent by the edge until the operation
+//! completes.
+//!
+//! Owned bytes cost a copy on the way in (user memory into a buffer of ours). Lent bytes are
+//! read where they are, each time a segment is cut or retransmitted, so a large PML fragment
+//! crosses user space once on its way to the kernel. The lender promises that the bytes stay
+//! valid and unchanged until the operation's completion event; the core never keeps them past
+//! it (they are dropped when the operation finishes, before the event is polled).
+
+/// Bytes the edge lends to an operation: up to two pieces laid end to end (a PML header and
+/// the user's data).
+pub trait Lent: Send + core::fmt::Debug {
+    fn pieces(&self) -> [&[u8]; 2];
+}
+
+#[derive(Debug)]
+pub enum Payload {
+    Owned(Vec<u8>),
+    Lent(Box<dyn Lent>),
+}
+
+impl Payload {
+    pub fn len(&self) -> usize {
+        match self {
+            Payload::Owned(v) => v.len(),
+            Payload::Lent(l) => {
+                let [a, b] = l.pieces();
+                a.len() + b.len()
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Copies `dst.len()` bytes starting at byte `off` into `dst` (the range must lie inside).
+    pub fn copy_to(&self, off: usize, dst: &mut [u8]) {
+        let end = off + dst.len();
+        match self {
+            Payload::Owned(v) => dst.copy_from_slice(&v[off..end]),
+            Payload::Lent(l) => {
+                let [a, b] = l.pieces();
+                let mut at = 0;
+                if off < a.len() {
+                    let k = (a.len() - off).min(dst.len());
+                    dst[..k].copy_from_slice(&a[off..off + k]);
+                    at = k;
+                }
+                if at < dst.len() {
+                    let from = off + at - a.len();
+                    let k = dst.len() - at;
+                    dst[at..].copy_from_slice(&b[from..from + k]);
+                }
+            }
+        }
+    }
+
+    /// The buffer behind owned bytes (for reuse); lent bytes go back to nobody.
+    pub fn into_buffer(self) -> Option<Vec<u8>> {
+        match self {
+            Payload::Owned(v) => Some(v),
+            Payload::Lent(_) => None,
+        }
+    }
+}
+
+impl From<Vec<u8>> for Payload {
+    fn from(v: Vec<u8>) -> Payload {
+        Payload::Owned(v)
+    }
+}
+
+impl From<Box<dyn Lent>> for Payload {
+    fn from(l: Box<dyn Lent>) -> Payload {
+        Payload::Lent(l)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Two(Vec<u8>, Vec<u8>);
+    impl Lent for Two {
+        fn pieces(&self) -> [&[u8]; 2] {
+            [&self.0, &self.1]
+        }
+    }
+
+    #[test]
+    fn lent_pieces_read_as_one_string() {
+        let whole: Vec<u8> = (0..50u8).collect();
+        let lent =
+            Payload::from(Box::new(Two(whole[..7].to_vec(), whole[7..].to_vec())) as Box<dyn Lent>);
+        let owned = Payload::from(whole.clone());
+        assert_eq!(lent.len(), 50);
+        for off in 0..50 {
+            for len in 0..=(50 - off) {
+                let (mut x, mut y) = (vec![0u8; len], vec![0u8; len]);
+                lent.copy_to(off, &mut x);
+                owned.copy_to(off, &mut y);
+                assert_eq!(x, &whole[off..off + len], "lent off {off} len {len}");
+                assert_eq!(y, x);
+            }
+        }
+        assert!(lent.into_buffer().is_none());
+        assert_eq!(owned.into_buffer(), Some(whole));
+    }
+
+    #[test]
+    fn empty_pieces() {
+        let p = Payload::from(Box::new(Two(Vec::new(), vec![1, 2, 3])) as Box<dyn Lent>);
+        let mut d = [0u8; 2];
+        p.copy_to(1, &mut d);
+        assert_eq!(d, [2, 3]);
+        let p = Payload::from(Box::new(Two(vec![1, 2], Vec::new())) as Box<dyn Lent>);
+        p.copy_to(0, &mut d);
+        assert_eq!(d, [1, 2]);
+        assert!(!p.is_empty());
+    }
+}
