@@ -34,6 +34,7 @@ typedef struct {
   int priority_limit;
   int eager_limit;
   int rndv_eager_limit;
+  int max_send_size;
   int pack_lazy_threshold;
   bool show_route_failures;
   bool connectivity_check;

@@ -32,6 +32,7 @@ pub struct usnic_rs_params_t {
     pub priority_limit: c_int,
     pub eager_limit: c_int,
     pub rndv_eager_limit: c_int,
+    pub max_send_size: c_int,
     pub pack_lazy_threshold: c_int,
     pub show_route_failures: bool,
     pub connectivity_check: bool,
@@ -75,9 +76,11 @@ pub struct Settings {
     pub retrans_timeout_us: u64,
     pub max_resends_per_iteration: usize,
     pub priority_limit: usize,
-    /// 0 = automatic (150 KiB with one module, 25 KiB with several).
+    /// 0 = automatic (512 KiB with one module, 25 KiB with several).
     pub eager_limit: usize,
     pub rndv_eager_limit: usize,
+    /// Largest fragment the PML may hand over (rendezvous pipeline); 0 = automatic.
+    pub max_send_size: usize,
     pub pack_lazy_threshold: Option<usize>,
     pub show_route_failures: bool,
     pub connectivity_map: Option<String>,
@@ -283,6 +286,14 @@ impl Settings {
                 "0 for automatic, or >= 1024",
             ));
         }
+        let max_send = at_least("max_send_size", p.max_send_size, 0)? as usize;
+        if max_send != 0 && max_send < 1024 {
+            return Err(ParamError::invalid(
+                "max_send_size",
+                max_send,
+                "0 for automatic, or >= 1024",
+            ));
+        }
         at_least("av_eq_num", p.av_eq_num, 1)?;
         let cc_ack = at_least("connectivity_ack_timeout", p.connectivity_ack_timeout, 0)?;
         let cc_retries = at_least(
@@ -318,6 +329,7 @@ impl Settings {
             )? as usize,
             priority_limit,
             eager_limit: eager,
+            max_send_size: max_send,
             rndv_eager_limit: if rndv == 0 {
                 DEFAULT_RNDV_EAGER_LIMIT
             } else {
@@ -397,6 +409,7 @@ pub(crate) mod tests {
             priority_limit: 0,
             eager_limit: 0,
             rndv_eager_limit: 0,
+            max_send_size: 0,
             pack_lazy_threshold: 16384,
             show_route_failures: true,
             connectivity_check: true,
@@ -460,7 +473,7 @@ pub(crate) mod tests {
     fn bad_values_name_the_parameter() {
         let prov = CString::new("udp").unwrap();
         type Case = (&'static str, fn(&mut usnic_rs_params_t));
-        let cases: [Case; 7] = [
+        let cases: [Case; 8] = [
             ("btl_usnic_sd_num", |p| p.sd_num = -5),
             ("btl_usnic_window", |p| p.window = 5000),
             ("btl_usnic_retrans_timeout", |p| p.retrans_timeout = 0),
@@ -468,6 +481,7 @@ pub(crate) mod tests {
             ("btl_usnic_priority_limit", |p| p.priority_limit = 10),
             ("btl_usnic_peer_timeout", |p| p.peer_timeout = 1),
             ("btl_usnic_max_btls", |p| p.max_btls = -1),
+            ("btl_usnic_max_send_size", |p| p.max_send_size = 100),
         ];
         for (name, set) in cases {
             let mut p = defaults(&prov);

@@ -73,7 +73,8 @@ pub fn prepare_src(
         return ptr::null_mut();
     };
     let epp = e as *const _ as *mut Endpoint;
-    let want = (*size).min(m.info.max_send_size.saturating_sub(reserve));
+    let limit = m.info.max_send_size.max(m.info.eager_limit);
+    let want = (*size).min(limit.saturating_sub(reserve));
     // SAFETY: conv is the PML's live convertor.
     let need_buffers = want > 0 && unsafe { sys::usnic_shim_convertor_need_buffers(conv) } != 0;
     let f = {
@@ -232,7 +233,8 @@ pub fn sendi(
         return OPAL_ERR_UNREACH;
     };
     let total = header_size + payload_size;
-    if e.failed.get() || total > m.info.max_send_size || (header.is_null() && header_size > 0) {
+    let limit = m.info.max_send_size.max(m.info.eager_limit);
+    if e.failed.get() || total > limit || (header.is_null() && header_size > 0) {
         return OPAL_ERR_RESOURCE_BUSY;
     }
     if m.state.borrow().inline_backlog > INLINE_BACKLOG_LIMIT {

@@ -13,7 +13,7 @@
  */
 #include "common.h"
 
-static const int size_tab[] = {0, 4, 8, 100, 1472, 4000, 65536, 153600, 200000, 1 << 20};
+static const int size_tab[] = {0, 4, 8, 100, 1472, 4000, 65536, 153600, 200000, 524288, 600000, 1 << 20};
 #define NSIZES ((int)(sizeof size_tab / sizeof size_tab[0]))
 #define TAGS 50
 
