@@ -18,28 +18,38 @@ impl Hold {
     }
 }
 
-/// `show_help!("topic", fallback_line; s(string arg), i(int arg), ...)`: the arguments in the
-/// order and with the types (`%s` = `s`, `%d` = `i`) of the topic's text.
-macro_rules! show_help {
-    ($topic:literal, $fallback:expr; $($kind:ident($arg:expr)),* $(,)?) => {{
+/// `try_show_help!("topic"; s(string arg), i(int arg), ...)`: true when Open MPI showed the
+/// topic, false when it could not (help file not installed, or a unit test, which never calls
+/// into Open MPI). The arguments in the order and with the types (`%s` = `s`, `%d` = `i`) of the
+/// topic's text.
+macro_rules! try_show_help {
+    ($topic:literal; $($kind:ident($arg:expr)),* $(,)?) => {{
         let mut _hold = $crate::ompi::help::Hold::default();
-        let shown = !cfg!(test) && {
+        !cfg!(test) && {
             // SAFETY: a NUL-terminated topic, then exactly the arguments the topic's text
             // consumes, each of the C type its conversion expects (`s` -> `const char *` held
             // alive by `_hold`, `i` -> `int`).
             let rc = unsafe {
                 $crate::ompi::sys::usnic_shim_show_help(
                     concat!($topic, "\0").as_ptr().cast()
-                    $(, show_help!(@arg _hold $kind $arg))*
+                    $(, $crate::ompi::help::try_show_help!(@arg _hold $kind $arg))*
                 )
             };
             rc == $crate::ompi::status::OPAL_SUCCESS
-        };
-        if !shown {
-            $crate::ompi::log::error(&$fallback);
         }
     }};
     (@arg $h:ident s $a:expr) => { $h.s($a) };
     (@arg $h:ident i $a:expr) => { ($a) as core::ffi::c_int };
+}
+pub(crate) use try_show_help;
+
+/// `show_help!("topic", fallback_line; s(string arg), i(int arg), ...)`: [`try_show_help!`],
+/// and the one-line fallback through the log when the topic could not be shown.
+macro_rules! show_help {
+    ($topic:literal, $fallback:expr; $($args:tt)*) => {{
+        if !$crate::ompi::help::try_show_help!($topic; $($args)*) {
+            $crate::ompi::log::error(&$fallback);
+        }
+    }};
 }
 pub(crate) use show_help;
