@@ -4,15 +4,15 @@
 #   (a) healthy: the job passes and its whole output is the program's own line (and, at
 #       btl_usnic_verbose 20, the checker did check the path);
 #   (b) UDP from h1 dropped inside h2 (nftables): the job exits non-zero within
-#       ack_timeout x retries (+ slack) with the exact "small bad, large bad" message, shown
-#       through Open MPI's show_help: both hosts' agents detect the failure, but the text appears
-#       once (mpirun counts the other host's copy: "1 more process has sent help message ...");
-#       without the help file next to the plugin each process prints the same text itself;
+#       ack_timeout x retries (+ slack) with the exact "small bad, large bad" message, once:
+#       both hosts' agents detect the failure, the one with the higher address (h2) waits
+#       before reporting and the job is gone by then; the same without the help file next to
+#       the plugin (the plugin renders the text itself);
 #   (c) the bridge port of h2 (the "switch port") at MTU 1200 while both hosts keep 1500:
-#       "small ok, large bad";
+#       "small ok, large bad", once, from h1;
 #   (d) h2's own veth0 at MTU 1200: the BTL sends min(both MTUs), so the check passes; the job
 #       passes, and its output is the program's line plus exactly one "MTU mismatch" warning
-#       naming both hosts, addresses and datagram sizes (mpirun counts the other host's copy);
+#       naming both hosts, addresses and datagram sizes (from h1: the lower address speaks);
 #   (e) two ranks per host, both sending across: one agent per host checks the path once;
 #   (f) btl_usnic_connectivity_check 0: no check at all (nothing logged even at verbosity 20).
 # Root only; when it cannot run it says why and fails. Ends with "N passed, N failed".
@@ -143,11 +143,6 @@ for line in open(log).read().splitlines():
         continue
     if re.match(r"^\[h\d:\d+\] \d+ more process(es)? ha(s|ve) sent help message help-mpi-btl-usnic\.txt / " + re.escape(topic) + "$", line):
         continue
-    # Open MPI 4.1.4's mpirun sometimes fails on one of two copies of a topic arriving together
-    # (seen in 1 of 4 runs of (d)); it shows the other copy, so the user still gets the text.
-    if re.match(r"^\[h1:\d+\] \[\[\d+,0\],0\] ORTE_ERROR_LOG: Out of resource in file \.\./\.\./\.\./orte/util/show_help\.c at line 501$", line):
-        print("note: mpirun's known show_help race seen: " + line, file=sys.stderr)
-        continue
     if line == '[%s] Set MCA parameter "orte_base_help_aggregate" to 0 to see all help / error messages' % line[1:line.find("]")]:
         continue
     out.append(line)
@@ -182,13 +177,15 @@ table inet usnicrs_cc {
 NFT
 run udp-blocked
 ip netns exec h2 nft delete table inet usnicrs_cc
-# The message within launch time (the healthy job's whole run) + ack_timeout x retries + 2 s;
-# the job gone within 10 s more (mpirun's own teardown).
-msg_limit=$(awk -v b="$BASE" -v a=$ACK_MS -v r=$RETRIES 'BEGIN{printf "%.1f", b + a * r / 1000 + 2}')
+# The message within launch time (the healthy job's whole run) + ack_timeout x retries + 5 s;
+# the job gone within 10 s more (mpirun's own teardown). The 5 s: on a loaded host mpirun
+# forwards a process's stderr up to about 4 s late (measured with the code before this test's
+# last change too: one host's text 1 to 2 s after the other's, same check timing).
+msg_limit=$(awk -v b="$BASE" -v a=$ACK_MS -v r=$RETRIES 'BEGIN{printf "%.1f", b + a * r / 1000 + 5}')
 end_limit=$(awk -v m="$msg_limit" 'BEGIN{printf "%.1f", m + 10}')
 within() { [ "$1" != none ] && awk -v s="$1" -v l="$2" 'BEGIN{exit !(s <= l)}'; }
 if [ $RC -ne 0 ] && within "$MSG_AT" "$msg_limit" && within "$SECS" "$end_limit"; then
-    ok "(b) blocked UDP: message at ${MSG_AT}s <= ${msg_limit}s (healthy run ${BASE}s + ${ACK_MS}ms x $RETRIES + 2s), job ended rc=$RC at ${SECS}s <= ${end_limit}s"
+    ok "(b) blocked UDP: message at ${MSG_AT}s <= ${msg_limit}s (healthy run ${BASE}s + ${ACK_MS}ms x $RETRIES + 5s), job ended rc=$RC at ${SECS}s <= ${end_limit}s"
 else
     ko "(b) blocked UDP: rc=$RC, message at ${MSG_AT}s (limit ${msg_limit}s), end at ${SECS}s (limit ${end_limit}s)"
 fi
@@ -200,11 +197,11 @@ else
 fi
 grep -q "aborting the MPI job" "$WORK/udp-blocked.log" && ok "(b) abort line printed" || ko "(b) abort line missing"
 walls=$(grep -cF "$(first_line "connectivity error: small bad, large bad")" "$WORK/udp-blocked.log")
-agg=$(grep -cE '^\[h1:[0-9]+\] 1 more process has sent help message help-mpi-btl-usnic\.txt / connectivity error: small bad, large bad$' "$WORK/udp-blocked.log")
-if [ "$walls" = 1 ]; then
-    ok "(b) the message appears once (show_help through mpirun; the other host's copy counted: $agg line)"
+h1view=$(blocks "$WORK/udp-blocked.log" "connectivity error: small bad, large bad" h1 veth0 10.77.0.1/24 h2 10.77.0.2 40 1472)
+if [ "$walls" = 1 ] && [ "$h1view" = 1 ]; then
+    ok "(b) the message appears once, from h1 (h2, the higher address, waits and is ended first)"
 else
-    ko "(b) the message appears $walls times (want 1: mpirun aggregates the same topic)"
+    ko "(b) the message appears $walls times, $h1view of them h1's (want once, h1's)"
 fi
 
 # (b2) the same without the help file beside the plugin: each process prints the text itself
@@ -222,8 +219,8 @@ COMPONENTS=$WORK/components-nohelp run udp-blocked-nohelp
 ip netns exec h2 nft delete table inet usnicrs_cc
 if [ $RC -ne 0 ] && { expect_block "$WORK/udp-blocked-nohelp.log" "connectivity error: small bad, large bad" h1 10.77.0.1/24 h2 10.77.0.2 1472 ||
     expect_block "$WORK/udp-blocked-nohelp.log" "connectivity error: small bad, large bad" h2 10.77.0.2/24 h1 10.77.0.1 1472; } &&
-    ! grep -q "more process.* sent help message" "$WORK/udp-blocked-nohelp.log"; then
-    ok "(b2) no help file installed: rc=$RC, the same exact text, printed by the process itself"
+    [ "$(grep -cF "$(first_line "connectivity error: small bad, large bad")" "$WORK/udp-blocked-nohelp.log")" = 1 ]; then
+    ok "(b2) no help file installed: rc=$RC, the same exact text, once"
 else
     ko "(b2) no help file installed: rc=$RC, text missing or not the fallback"
 fi
@@ -232,11 +229,12 @@ fi
 ip -n ncbr link set p2 mtu 1200 || cannot "cannot set p2 mtu"
 run small-switch-mtu
 ip -n ncbr link set p2 mtu "$P2_MTU"
-if [ $RC -ne 0 ] && within "$MSG_AT" "$msg_limit" && { expect_block "$WORK/small-switch-mtu.log" "connectivity error: small ok, large bad" h1 10.77.0.1/24 h2 10.77.0.2 1472 ||
-    expect_block "$WORK/small-switch-mtu.log" "connectivity error: small ok, large bad" h2 10.77.0.2/24 h1 10.77.0.1 1472; }; then
-    ok "(c) switch port MTU 1200: rc=$RC, exact 'small ok, large bad' message at ${MSG_AT}s <= ${msg_limit}s"
+n=$(blocks "$WORK/small-switch-mtu.log" "connectivity error: small ok, large bad" h1 veth0 10.77.0.1/24 h2 10.77.0.2 40 1472)
+walls=$(grep -cF "$(first_line "connectivity error: small ok, large bad")" "$WORK/small-switch-mtu.log")
+if [ $RC -ne 0 ] && within "$MSG_AT" "$msg_limit" && [ "$n" = 1 ] && [ "$walls" = 1 ]; then
+    ok "(c) switch port MTU 1200: rc=$RC, exact 'small ok, large bad' message, once, from h1, at ${MSG_AT}s <= ${msg_limit}s"
 else
-    ko "(c) switch port MTU 1200: rc=$RC, message at ${MSG_AT}s (limit ${msg_limit}s) or not the expected one"
+    ko "(c) switch port MTU 1200: rc=$RC, message at ${MSG_AT}s (limit ${msg_limit}s), h1's text $n times, $walls texts (want 1 and 1)"
 fi
 
 # (d) h2's own interface at MTU 1200: both ends agree on 1172-byte datagrams, and say so once
@@ -254,8 +252,8 @@ n1=$(blocks "$WORK/small-host-mtu.log" "MTU mismatch" h1 veth0 10.77.0.1/24 1472
 n2=$(blocks "$WORK/small-host-mtu.log" "MTU mismatch" h2 veth0 10.77.0.2/24 1172 h1 10.77.0.1 1472 1172)
 walls=$(grep -cF "$(first_line "MTU mismatch")" "$WORK/small-host-mtu.log")
 rest=$(other_lines "$WORK/small-host-mtu.log" "MTU mismatch")
-if grep -q "^PASS ring np=2" "$WORK/small-host-mtu.log" && [ $((n1 + n2)) = 1 ] && [ "$walls" = 1 ] && [ -z "$rest" ]; then
-    ok "(d) h2 MTU 1200: job passes; output = PASS line + one exact 'MTU mismatch' warning (+ mpirun's count of the other copy)"
+if grep -q "^PASS ring np=2" "$WORK/small-host-mtu.log" && [ "$n1" = 1 ] && [ "$walls" = 1 ] && [ -z "$rest" ]; then
+    ok "(d) h2 MTU 1200: job passes; output = PASS line + one exact 'MTU mismatch' warning, h1's (the lower address speaks for the pair)"
 else
     ko "(d) h2 MTU 1200: exact warning h1-view $n1, h2-view $n2, warnings $walls (want 1), other lines: '$rest'"
 fi

@@ -180,12 +180,12 @@ pub fn message(f: &Failure) -> String {
     format!("{RULE}\n{body}{RULE}\n")
 }
 
-/// The failure through Open MPI's show_help (false: not shown). Called on the agent's thread, as
-/// the C original's agent did from its own event thread: in an application process show_help
-/// renders the text and hands it to the local PMIx server (PMIx_Log), waiting for that hand-over
-/// to complete, so the message has left the process when this returns and the abort that follows
-/// cannot lose it. mpirun prints it once and counts the same topic from other processes ("N
-/// more processes have sent help message ...") instead of repeating the text.
+/// The failure through Open MPI's show_help (false: not shown), called on the agent's thread
+/// (the C original's agent did the same from its own event thread; rendering reads only the help
+/// file). The process prints the text itself, so it is on stderr before the abort that follows:
+/// handed to mpirun for aggregation instead, it was lost in half the runs (see the shim's
+/// `usnic_shim_show_help`). Both agents of a broken path usually detect it; the one with the
+/// higher address waits before reporting, so normally only one text appears (see `agent`).
 fn show(f: &Failure) -> bool {
     macro_rules! topic {
         ($t:literal) => {

@@ -33,9 +33,23 @@ pub fn used(local: u32, remote: u32) -> u32 {
     local.min(remote)
 }
 
-/// Warns when the two ends' datagram sizes differ (once per local interface and remote host).
-pub fn check(local: &End<'_>, remote: &End<'_>) {
-    if local.datagram == remote.datagram || !first_time(local.interface, remote.host) {
+/// True when this end reports a mismatch: both ends see it, and both know everything the
+/// message names, so only the end with the lower address speaks (the higher one too when the
+/// addresses are equal, which two hosts' interfaces never are). One message per pair instead of
+/// two: every process meets its peers at the same moment (add_procs), and Open MPI 4.1.4's
+/// mpirun garbles help messages that reach it together, so the message cannot go to mpirun
+/// for aggregation; each process prints its own.
+pub fn reports(local: Ipv4Addr, remote: Ipv4Addr) -> bool {
+    u32::from(local) <= u32::from(remote)
+}
+
+/// Warns when the two ends' datagram sizes differ (once per local interface and remote host,
+/// from the end with the lower address).
+pub fn check(local: &End<'_>, remote: &End<'_>, addrs: (Ipv4Addr, Ipv4Addr)) {
+    if local.datagram == remote.datagram
+        || !reports(addrs.0, addrs.1)
+        || !first_time(local.interface, remote.host)
+    {
         return;
     }
     let size = used(local.datagram, remote.datagram);
@@ -64,6 +78,14 @@ pub fn with_prefix(ipv4: Ipv4Addr, netmask: Ipv4Addr) -> String {
 mod tests {
     use super::*;
     use crate::ompi::connectivity::render_help;
+
+    #[test]
+    fn the_lower_address_reports() {
+        let (a, b) = (Ipv4Addr::new(10, 77, 0, 1), Ipv4Addr::new(10, 77, 0, 2));
+        assert!(reports(a, b));
+        assert!(!reports(b, a));
+        assert!(reports(a, a));
+    }
 
     #[test]
     fn once_per_interface_and_remote_host() {
