@@ -229,6 +229,15 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
     for dev in &devices {
         let mut fab = match fabric::Module::open(dev, &cfg) {
             Ok(m) => m,
+            Err(e) if super::help::exhausted_resource(e.call, e.code).is_some() => {
+                show_help!("resource exhausted",
+                    format!("cannot open interface {}: {e}; skipping it", dev.name);
+                    s(&my_host), s(&dev.name),
+                    s(super::help::exhausted_resource(e.call, e.code).unwrap_or_default()),
+                    s(e.call), s(&e.message), i(e.code),
+                    s("this interface is not used; other interfaces or BTLs may carry the job"));
+                continue;
+            }
             Err(e) => {
                 show_help!("libfabric API failed",
                     format!("cannot open interface {}: {e}; skipping it", dev.name);
