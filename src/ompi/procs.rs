@@ -218,6 +218,7 @@ fn connect(
             address: e.ipv4.to_string(),
             datagram: e.data_mtu,
         },
+        (m.entry.ipv4, e.ipv4),
     );
     let now = fabric::now();
     let peer = st.engine.add_peer(
