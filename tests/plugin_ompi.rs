@@ -1137,3 +1137,63 @@ fn mpi_t_counters_count_sends() {
     // 100 messages sent by each rank, each at least one datagram.
     assert!(grew.iter().all(|&g| g >= 100), "{out}");
 }
+
+/// An absurd completion-queue size the provider cannot allocate: every interface is named with
+/// the exhausted resource (not a generic libfabric failure), the BTL steps aside with one line,
+/// and the job still runs over tcp. Nothing else of ours is printed (no hang, no crash, no
+/// complaint from the connectivity checker, which never starts without an interface).
+#[test]
+fn exhausted_resource_is_named() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let host = hostname();
+    let o = mpirun(
+        2,
+        &[
+            "--mca",
+            "btl",
+            "usnic,self,tcp",
+            "--mca",
+            "btl_usnic_cq_num",
+            "2000000000",
+        ],
+        &["pingpong", "1024", "2"],
+    );
+    let (out, err) = succeeded(&o);
+    assert!(out.contains("OK: 0 errors"), "{out}");
+    let want = |iface: &str| {
+        format!(
+            "The usnic BTL could not get a resource it needs from the system or the\n\
+             network provider.\n\
+             \n  Host:        {host}\n  Interface:   {iface}\n  \
+             Resource:    completion queue (btl_usnic_cq_num)\n  Call:        fi_cq_open\n  \
+             Error:       Cannot allocate memory (12)\n  \
+             Effect:      this interface is not used; other interfaces or BTLs may carry the job\n\
+             \nCheck btl_usnic_sd_num, btl_usnic_rd_num, btl_usnic_prio_sd_num,\n\
+             btl_usnic_prio_rd_num and btl_usnic_cq_num (-1 lets the provider choose),\n\
+             the locked-memory limit (\"ulimit -l\"; it should be unlimited), the\n\
+             memory of the host, and the number of processes per host."
+        )
+    };
+    let blocks = help_blocks(&err);
+    assert!(!blocks.is_empty(), "{err}");
+    for b in &blocks {
+        let iface = b
+            .lines()
+            .find_map(|l| l.strip_prefix("  Interface:   "))
+            .unwrap_or("?");
+        assert_eq!(b, &want(iface), "\nstderr:\n{err}");
+    }
+    // Each process: one block per interface (the same interfaces), then the one line.
+    let ours: Vec<&str> = err.lines().filter(|l| l.contains("btl:usnic:")).collect();
+    assert_eq!(ours.len(), 2, "{err}");
+    for l in ours {
+        assert!(
+            l.starts_with('[')
+                && l.ends_with(
+                    "] btl:usnic: no interface could be opened; the usnic BTL disables itself"
+                ),
+            "{l}"
+        );
+    }
+    assert_eq!(blocks.len() % 2, 0, "{err}");
+}

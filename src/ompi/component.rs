@@ -200,19 +200,6 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
         return OPAL_SUCCESS;
     }
 
-    super::connectivity::edge::start(
-        super::connectivity::edge::Setup {
-            enabled: settings.connectivity_check,
-            ack_timeout_ms: settings.connectivity_ack_timeout_ms,
-            retries: settings.connectivity_retries,
-            hostname: &my_host,
-            jobid,
-            local_rank: None,
-            session_dir: None,
-        }
-        .from_env(),
-    );
-
     // The original's rule (150 KiB with one module, 25 KiB with several) counts the interfaces
     // that carry remote traffic; the loopback module only ever serves same-node peers.
     let eager_default = if devices.iter().filter(|d| !d.is_loopback).count() <= 1 {
@@ -270,12 +257,8 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
             netmask: dev.netmask,
             link_speed_mbps: dev.link_speed_mbps,
             address: fab.local_address(),
-            // Loopback modules serve same-host peers only: nothing to check.
-            cc_port: if dev.is_loopback {
-                0
-            } else {
-                super::connectivity::edge::listen(dev.ipv4, data_mtu as u32)
-            },
+            // Set below, once an interface opened and the checker runs.
+            cc_port: 0,
         };
         let engine = match Engine::new(ec) {
             Ok(e) => e,
@@ -332,6 +315,27 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
     if modules.is_empty() {
         lock::set_threaded(mpi_threads);
         return decline("no interface could be opened");
+    }
+    // Only now: a process without a usable interface never starts (local rank 0) or waits for
+    // (the others) the connectivity agent.
+    super::connectivity::edge::start(
+        super::connectivity::edge::Setup {
+            enabled: settings.connectivity_check,
+            ack_timeout_ms: settings.connectivity_ack_timeout_ms,
+            retries: settings.connectivity_retries,
+            hostname: &my_host,
+            jobid,
+            local_rank: None,
+            session_dir: None,
+        }
+        .from_env(),
+    );
+
+    for m in modules.iter_mut() {
+        // Loopback modules serve same-host peers only: nothing to check.
+        if !m.entry.is_loopback() {
+            m.entry.cc_port = super::connectivity::edge::listen(m.entry.ipv4, m.entry.data_mtu);
+        }
     }
     let entries: Vec<ModexEntry> = modules.iter().map(|m| m.entry.clone()).collect();
     let blob = modex::encode(&entries);
