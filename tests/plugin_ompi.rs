@@ -284,6 +284,41 @@ fn healthy_run_prints_nothing() {
             .all(|l| l.starts_with('[') && l.contains("] btl:usnic: rank ")),
         "{err}"
     );
+    // Every line of the run is ours and names its rank: tracing events ("rank R LEVEL") and
+    // the plugin's own messages ("rank R: ...") alike.
+    let ranked = |l: &str| {
+        l.starts_with('[')
+            && ["0", "1"].iter().any(|r| {
+                l.contains(&format!("] btl:usnic: rank {r} "))
+                    || l.contains(&format!("] btl:usnic: rank {r}: "))
+            })
+    };
+    assert!(err.lines().all(ranked), "{err}");
+    assert!(
+        err.lines().any(|l| l.contains("] btl:usnic: rank 1: ")),
+        "{err}"
+    );
+    // The level follows btl_base_verbose too: the framework's verbosity alone shows our lines.
+    let o = mpirun(
+        2,
+        &[
+            "--mca",
+            "btl",
+            "usnic,self",
+            "--mca",
+            "btl_base_verbose",
+            "10",
+        ],
+        &["pingpong", "1000", "2"],
+    );
+    let (_, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let ours: Vec<&str> = err.lines().filter(|l| l.contains("btl:usnic:")).collect();
+    assert!(
+        ours.iter().any(|l| l.contains("] btl:usnic: rank 0: ")),
+        "{err}"
+    );
+    assert!(ours.iter().all(|l| ranked(l)), "{err}");
 }
 
 #[test]
@@ -1186,13 +1221,14 @@ fn exhausted_resource_is_named() {
     // Each process: one block per interface (the same interfaces), then the one line.
     let ours: Vec<&str> = err.lines().filter(|l| l.contains("btl:usnic:")).collect();
     assert_eq!(ours.len(), 2, "{err}");
-    for l in ours {
+    for rank in 0..2 {
+        let want = format!(
+            "] btl:usnic: rank {rank}: no interface could be opened; the usnic BTL disables itself"
+        );
         assert!(
-            l.starts_with('[')
-                && l.ends_with(
-                    "] btl:usnic: no interface could be opened; the usnic BTL disables itself"
-                ),
-            "{l}"
+            ours.iter()
+                .any(|l| l.starts_with('[') && l.ends_with(&want)),
+            "{want}\n{err}"
         );
     }
     assert_eq!(blocks.len() % 2, 0, "{err}");

@@ -147,15 +147,16 @@ fn decline_no_device(host: &str, provider: &str, reason: &str) -> i32 {
 /// Component init: returns OPAL_SUCCESS with `*num` modules (0 = declined).
 pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32 {
     *num = 0;
+    let (mut jobid, mut vpid) = (0u32, 0u32);
+    // SAFETY: writes two u32 out-parameters; Open MPI's local proc exists once btl_init runs.
+    unsafe { sys::usnic_shim_my_name(&mut jobid, &mut vpid) };
+    log::set_rank(vpid);
     let my_host = my_hostname();
     let settings = match Settings::from_params(params) {
         Ok(s) => s,
         Err(e) => return decline_param(&my_host, &e),
     };
     log::set_verbosity(settings.verbose);
-    let (mut jobid, mut vpid) = (0u32, 0u32);
-    // SAFETY: writes two u32 out-parameters; Open MPI's local proc exists once btl_init runs.
-    unsafe { sys::usnic_shim_my_name(&mut jobid, &mut vpid) };
     log::init_tracing(&my_host, vpid);
     // The lock is needed with MPI threads, and whenever the ACK helper thread runs.
     lock::set_threaded(mpi_threads || settings.ack_thread);
@@ -509,7 +510,7 @@ pub fn print_stats(c: &Component, m: &ModuleCell, last: bool) {
         last,
     );
     drop(st);
-    log::error(&line);
+    log::plain(&line);
 }
 
 /// Interfaces of a modex list, for pairing.
