@@ -215,6 +215,34 @@ fn every_parameter_has_help() {
             .unwrap_or_else(|| panic!("btl_usnic_{name} has no help"));
         assert!(help.len() > 20, "btl_usnic_{name}: help too short: {help}");
     }
+    // What an admin reads in ompi_info to choose the provider, the interfaces and whether
+    // same-node peers use this BTL, exactly.
+    let documented = [
+        (
+            "provider",
+            "libfabric provider offering FI_EP_DGRAM endpoints to use (udp everywhere, usnic on \
+             Cisco VICs)",
+        ),
+        (
+            "if_include",
+            "Comma-delimited list of interface names (e.g. eth0) and/or CIDR subnets \
+             (e.g. 10.10.0.0/16) to use; mutually exclusive with btl_usnic_if_exclude",
+        ),
+        (
+            "if_exclude",
+            "Comma-delimited list of interface names and/or CIDR subnets NOT to use; mutually \
+             exclusive with btl_usnic_if_include",
+        ),
+        (
+            "same_node",
+            "Reach peers on the same node too (false = the original's rule: leave them to other \
+             BTLs such as vader)",
+        ),
+    ];
+    for (name, text) in documented {
+        let line = format!("mca:btl:usnic:param:btl_usnic_{name}:help:{text}");
+        assert!(out.lines().any(|l| l == line), "missing: {line}\n{out}");
+    }
 }
 
 #[test]
@@ -1051,10 +1079,16 @@ fn same_node_switch_and_connectivity_map() {
         .map(|f| std::fs::read_to_string(f.path()).unwrap())
         .collect();
     assert_eq!(maps.len(), 2, "one map per rank");
-    for m in &maps {
-        assert_eq!(m.lines().count(), 1, "{m}");
-        assert!(m.starts_with("rank ") && m.contains(" via "), "{m}");
-    }
+    // Each names the peer, its host, and which local interface talks to which peer address.
+    let host = hostname();
+    let mut want = vec![
+        format!("rank 0 {host} via lo 127.0.0.1 -> 127.0.0.1\n"),
+        format!("rank 1 {host} via lo 127.0.0.1 -> 127.0.0.1\n"),
+    ];
+    let mut got = maps.clone();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
     // btl_usnic_same_node=0 restores the original rule: vader carries the traffic, usnic none.
     let o = mpirun(
         2,
@@ -1130,6 +1164,27 @@ fn periodic_statistics_are_cumulative_or_relative() {
             &["compute"],
         );
         let (_, err) = succeeded(&o);
+        // The documented, stable form (docs/operations.md): marker, then rank, module, iface,
+        // then the counters in this order, values decimal.
+        let keys = "rank module iface sends frag_sends chunk_sends resends_timeout resends_fast \
+                    acks_alone acks_piggybacked recvs dup_recvs oow_low_recvs oow_high_recvs \
+                    malformed_recvs wrong_key_recvs unknown_sender_recvs bad_chunk_recvs \
+                    refused_writes refused_gets ack_recvs dup_acks old_acks credits_exhausted \
+                    bytes_sent bytes_received peers_failed oversize_recvs puts gets frags_live";
+        for l in err.lines().filter(|l| l.contains("btl:usnic: stats")) {
+            let (head, rest) = l.split_once("] btl:usnic: stats ").expect("marker");
+            assert!(head.starts_with('['), "{l}");
+            let rest = rest.strip_prefix("(final) ").unwrap_or(rest);
+            let pairs: Vec<(&str, &str)> = rest
+                .split(' ')
+                .map(|kv| kv.split_once('=').expect("key=value"))
+                .collect();
+            let names: Vec<&str> = pairs.iter().map(|p| p.0).collect();
+            assert_eq!(names.join(" "), keys, "{l}");
+            for (k, v) in &pairs[3..] {
+                assert!(v.parse::<u64>().is_ok(), "{k}={v} in {l}");
+            }
+        }
         let lines = lo_sends(&err, 0);
         let periodic: Vec<u64> = lines.iter().filter(|l| !l.0).map(|l| l.1).collect();
         let finals: Vec<u64> = lines.iter().filter(|l| l.0).map(|l| l.1).collect();
@@ -1232,4 +1287,113 @@ fn exhausted_resource_is_named() {
         );
     }
     assert_eq!(blocks.len() % 2, 0, "{err}");
+}
+
+/// The provider named by btl_usnic_provider does not exist: each process says so, exactly, and
+/// the job runs over tcp.
+#[test]
+fn missing_provider_is_named() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let host = hostname();
+    let o = mpirun(
+        2,
+        &[
+            "--mca",
+            "btl",
+            "usnic,self,tcp",
+            "--mca",
+            "btl_usnic_provider",
+            "nosuch",
+        ],
+        &["pingpong", "1024", "2"],
+    );
+    let (out, err) = succeeded(&o);
+    assert!(out.contains("OK: 0 errors"), "{out}");
+    let want = format!(
+        "The usnic BTL found no usable datagram device on this host, so it will\n\
+         not be used here. Other BTLs may carry the job.\n\
+         \n  Host:        {host}\n  Provider:    nosuch\n  \
+         Reason:      libfabric's provider \"nosuch\" offers no usable FI_EP_DGRAM interface \
+         here (is the provider name right?)\n\
+         \nCheck \"fi_info -p <provider> -t FI_EP_DGRAM\", btl_usnic_provider,\n\
+         btl_usnic_if_include and btl_usnic_if_exclude."
+    );
+    assert_exact_help(&err, &want);
+}
+
+/// Two processes whose interfaces share no subnet (rank 0 limited to eth0, rank 1 to lo, via
+/// per-rank environment): each names the other as unreachable over usnic, exactly, and the
+/// job runs over tcp.
+#[test]
+fn unreachable_peer_is_named() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let host = hostname();
+    // The first non-loopback interface the plugin would use, from its own verbose output.
+    let o = mpirun(
+        1,
+        &[
+            "--mca",
+            "btl",
+            "usnic,self",
+            "--mca",
+            "btl_usnic_verbose",
+            "5",
+        ],
+        &["pingpong", "1024", "1"],
+    );
+    let (_, err) = text(&o);
+    let (iface, addr) = err
+        .lines()
+        .find_map(|l| {
+            let rest = l.split(": module 0: ").nth(1)?;
+            let mut w = rest.split_whitespace();
+            Some((w.next()?.to_string(), w.next()?.to_string()))
+        })
+        .unwrap_or_else(|| panic!("no module 0 line:\n{err}"));
+    assert_ne!(iface, "lo", "{err}");
+    let mut c = ompi("mpirun");
+    c.args([
+        "--oversubscribe",
+        "--mca",
+        "pml",
+        "ob1",
+        "--mca",
+        "btl",
+        "usnic,self,tcp",
+    ]);
+    let prog = workdir().join("pingpong");
+    c.args([
+        "-np",
+        "1",
+        "-x",
+        &format!("OMPI_MCA_btl_usnic_if_include={iface}"),
+    ])
+    .arg(&prog)
+    .args(["1024", "2", ":"]);
+    c.args(["-np", "1", "-x", "OMPI_MCA_btl_usnic_if_include=lo"])
+        .arg(&prog)
+        .args(["1024", "2"]);
+    let o = run(c, Duration::from_secs(120));
+    let (out, err) = succeeded(&o);
+    assert!(out.contains("OK: 0 errors"), "{out}");
+    let block = |local: &str, local_addr: &str, rank: u32, remote_addr: &str| {
+        format!(
+            "The usnic BTL has no route from a local interface to the address of a\n\
+             peer process. That pair of interfaces will not be used; if no other\n\
+             path exists, the processes cannot reach each other over usnic.\n\
+             \n  Local host:      {host}\n  Local interface: {local} ({local_addr})\n  \
+             Remote host:     {host} (rank {rank})\n  Remote address:  {remote_addr}\n  \
+             Reason:          no local interface shares a subnet with the peer's; another BTL \
+             must carry its traffic\n\
+             \nSet btl_usnic_show_route_failures to 0 to silence this message."
+        )
+    };
+    let mut want = vec![
+        block(&iface, &addr, 1, "127.0.0.1/255.0.0.0"),
+        block("lo", "127.0.0.1/255.0.0.0", 0, &addr),
+    ];
+    let mut got = help_blocks(&err);
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "\nstderr:\n{err}");
 }

@@ -192,13 +192,15 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
         );
     }
     if devices.is_empty() {
-        log::verbose(1, || {
-            format!(
-                "no interface of provider {} is usable (if_include={:?} if_exclude={:?}); declining",
-                settings.provider, settings.if_include, settings.if_exclude
-            )
-        });
-        return OPAL_SUCCESS;
+        return decline_no_device(
+            &my_host,
+            &settings.provider,
+            &format!(
+                "libfabric's provider \"{}\" offers no usable FI_EP_DGRAM interface here \
+                 (is the provider name right?)",
+                settings.provider
+            ),
+        );
     }
 
     // The original's rule (150 KiB with one module, 25 KiB with several) counts the interfaces
