@@ -14,7 +14,9 @@
 #       passes, and its output is the program's line plus exactly one "MTU mismatch" warning
 #       naming both hosts, addresses and datagram sizes (from h1: the lower address speaks);
 #   (e) two ranks per host, both sending across: one agent per host checks the path once;
-#   (f) btl_usnic_connectivity_check 0: no check at all (nothing logged even at verbosity 20).
+#   (f) btl_usnic_connectivity_check 0: no check at all (nothing logged even at verbosity 20);
+#   (g) btl_usnic_connectivity_map PREFIX: one file per process, named after host, pid, job and
+#       rank, whose line says which local interface talks to which address of which peer.
 # Root only; when it cannot run it says why and fails. Ends with "N passed, N failed".
 set -u
 cd "$(dirname "$0")/../.."
@@ -274,6 +276,18 @@ if [ $RC -eq 0 ] && grep -q "^PASS ring np=2" "$WORK/check-off.log" && ! grep -q
     ok "(f) connectivity_check 0: job passes, no checker activity at verbosity 20"
 else
     ko "(f) connectivity_check 0: rc=$RC or checker output present"
+fi
+
+# (g) connectivity map files
+run map --mca btl_usnic_connectivity_map "$WORK/cmap"
+m0=$(cat "$WORK"/cmap-h1.pid*.job*.mcwrank0.txt 2>/dev/null)
+m1=$(cat "$WORK"/cmap-h2.pid*.job*.mcwrank1.txt 2>/dev/null)
+nfiles=$(find "$WORK" -maxdepth 1 -name 'cmap-*' | wc -l)
+if [ $RC -eq 0 ] && [ "$nfiles" = 2 ] && [ "$m0" = "rank 1 h2 via veth0 10.77.0.1 -> 10.77.0.2" ] &&
+    [ "$m1" = "rank 0 h1 via veth0 10.77.0.2 -> 10.77.0.1" ]; then
+    ok "(g) connectivity_map: one file per process; h1 rank 0: '$m0'; h2 rank 1: '$m1'"
+else
+    ko "(g) connectivity_map: rc=$RC, $nfiles files, rank 0 '$m0', rank 1 '$m1'"
 fi
 
 echo "$PASS passed, $FAIL failed"
