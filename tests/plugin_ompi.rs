@@ -215,6 +215,34 @@ fn every_parameter_has_help() {
             .unwrap_or_else(|| panic!("btl_usnic_{name} has no help"));
         assert!(help.len() > 20, "btl_usnic_{name}: help too short: {help}");
     }
+    // What an admin reads in ompi_info to choose the provider, the interfaces and whether
+    // same-node peers use this BTL, exactly.
+    let documented = [
+        (
+            "provider",
+            "libfabric provider offering FI_EP_DGRAM endpoints to use (udp everywhere, usnic on \
+             Cisco VICs)",
+        ),
+        (
+            "if_include",
+            "Comma-delimited list of interface names (e.g. eth0) and/or CIDR subnets \
+             (e.g. 10.10.0.0/16) to use; mutually exclusive with btl_usnic_if_exclude",
+        ),
+        (
+            "if_exclude",
+            "Comma-delimited list of interface names and/or CIDR subnets NOT to use; mutually \
+             exclusive with btl_usnic_if_include",
+        ),
+        (
+            "same_node",
+            "Reach peers on the same node too (false = the original's rule: leave them to other \
+             BTLs such as vader)",
+        ),
+    ];
+    for (name, text) in documented {
+        let line = format!("mca:btl:usnic:param:btl_usnic_{name}:help:{text}");
+        assert!(out.lines().any(|l| l == line), "missing: {line}\n{out}");
+    }
 }
 
 #[test]
@@ -284,6 +312,41 @@ fn healthy_run_prints_nothing() {
             .all(|l| l.starts_with('[') && l.contains("] btl:usnic: rank ")),
         "{err}"
     );
+    // Every line of the run is ours and names its rank: tracing events ("rank R LEVEL") and
+    // the plugin's own messages ("rank R: ...") alike.
+    let ranked = |l: &str| {
+        l.starts_with('[')
+            && ["0", "1"].iter().any(|r| {
+                l.contains(&format!("] btl:usnic: rank {r} "))
+                    || l.contains(&format!("] btl:usnic: rank {r}: "))
+            })
+    };
+    assert!(err.lines().all(ranked), "{err}");
+    assert!(
+        err.lines().any(|l| l.contains("] btl:usnic: rank 1: ")),
+        "{err}"
+    );
+    // The level follows btl_base_verbose too: the framework's verbosity alone shows our lines.
+    let o = mpirun(
+        2,
+        &[
+            "--mca",
+            "btl",
+            "usnic,self",
+            "--mca",
+            "btl_base_verbose",
+            "10",
+        ],
+        &["pingpong", "1000", "2"],
+    );
+    let (_, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let ours: Vec<&str> = err.lines().filter(|l| l.contains("btl:usnic:")).collect();
+    assert!(
+        ours.iter().any(|l| l.contains("] btl:usnic: rank 0: ")),
+        "{err}"
+    );
+    assert!(ours.iter().all(|l| ranked(l)), "{err}");
 }
 
 #[test]
@@ -739,10 +802,15 @@ fn without_help_file_errors_are_one_line() {
     let o = run(c, Duration::from_secs(120));
     let (out, err) = succeeded(&o);
     assert!(out.contains("OK: 0 errors"), "{out}");
-    let want = "] btl:usnic: btl_usnic_sd_num=-7 is invalid (must be -1 for automatic, or >= 16); \
-                the usnic BTL disables itself";
-    let lines = err.lines().filter(|l| l.ends_with(want)).count();
-    assert_eq!(lines, 2, "{err}");
+    // One line per process, naming its rank.
+    for rank in 0..2 {
+        let want = format!(
+            "] btl:usnic: rank {rank}: btl_usnic_sd_num=-7 is invalid (must be -1 for automatic, \
+             or >= 16); the usnic BTL disables itself"
+        );
+        let lines = err.lines().filter(|l| l.ends_with(&want)).count();
+        assert_eq!(lines, 1, "{want}\n{err}");
+    }
     assert!(help_blocks(&err).is_empty(), "{err}");
     assert!(!err.contains("Sorry!"), "{err}");
 }
@@ -1016,10 +1084,16 @@ fn same_node_switch_and_connectivity_map() {
         .map(|f| std::fs::read_to_string(f.path()).unwrap())
         .collect();
     assert_eq!(maps.len(), 2, "one map per rank");
-    for m in &maps {
-        assert_eq!(m.lines().count(), 1, "{m}");
-        assert!(m.starts_with("rank ") && m.contains(" via "), "{m}");
-    }
+    // Each names the peer, its host, and which local interface talks to which peer address.
+    let host = hostname();
+    let mut want = vec![
+        format!("rank 0 {host} via lo 127.0.0.1 -> 127.0.0.1\n"),
+        format!("rank 1 {host} via lo 127.0.0.1 -> 127.0.0.1\n"),
+    ];
+    let mut got = maps.clone();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
     // btl_usnic_same_node=0 restores the original rule: vader carries the traffic, usnic none.
     let o = mpirun(
         2,
@@ -1095,6 +1169,27 @@ fn periodic_statistics_are_cumulative_or_relative() {
             &["compute"],
         );
         let (_, err) = succeeded(&o);
+        // The documented, stable form (docs/operations.md): marker, then rank, module, iface,
+        // then the counters in this order, values decimal.
+        let keys = "rank module iface sends frag_sends chunk_sends resends_timeout resends_fast \
+                    acks_alone acks_piggybacked recvs dup_recvs oow_low_recvs oow_high_recvs \
+                    malformed_recvs wrong_key_recvs unknown_sender_recvs bad_chunk_recvs \
+                    refused_writes refused_gets ack_recvs dup_acks old_acks credits_exhausted \
+                    bytes_sent bytes_received peers_failed oversize_recvs puts gets frags_live";
+        for l in err.lines().filter(|l| l.contains("btl:usnic: stats")) {
+            let (head, rest) = l.split_once("] btl:usnic: stats ").expect("marker");
+            assert!(head.starts_with('['), "{l}");
+            let rest = rest.strip_prefix("(final) ").unwrap_or(rest);
+            let pairs: Vec<(&str, &str)> = rest
+                .split(' ')
+                .map(|kv| kv.split_once('=').expect("key=value"))
+                .collect();
+            let names: Vec<&str> = pairs.iter().map(|p| p.0).collect();
+            assert_eq!(names.join(" "), keys, "{l}");
+            for (k, v) in &pairs[3..] {
+                assert!(v.parse::<u64>().is_ok(), "{k}={v} in {l}");
+            }
+        }
         let lines = lo_sends(&err, 0);
         let periodic: Vec<u64> = lines.iter().filter(|l| !l.0).map(|l| l.1).collect();
         let finals: Vec<u64> = lines.iter().filter(|l| l.0).map(|l| l.1).collect();
@@ -1136,4 +1231,174 @@ fn mpi_t_counters_count_sends() {
     assert_eq!(grew.len(), 2, "one line per rank:\n{out}");
     // 100 messages sent by each rank, each at least one datagram.
     assert!(grew.iter().all(|&g| g >= 100), "{out}");
+}
+
+/// An absurd completion-queue size the provider cannot allocate: every interface is named with
+/// the exhausted resource (not a generic libfabric failure), the BTL steps aside with one line,
+/// and the job still runs over tcp. Nothing else of ours is printed (no hang, no crash, no
+/// complaint from the connectivity checker, which never starts without an interface).
+#[test]
+fn exhausted_resource_is_named() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let host = hostname();
+    let o = mpirun(
+        2,
+        &[
+            "--mca",
+            "btl",
+            "usnic,self,tcp",
+            "--mca",
+            "btl_usnic_cq_num",
+            "2000000000",
+        ],
+        &["pingpong", "1024", "2"],
+    );
+    let (out, err) = succeeded(&o);
+    assert!(out.contains("OK: 0 errors"), "{out}");
+    let want = |iface: &str| {
+        format!(
+            "The usnic BTL could not get a resource it needs from the system or the\n\
+             network provider.\n\
+             \n  Host:        {host}\n  Interface:   {iface}\n  \
+             Resource:    completion queue (btl_usnic_cq_num)\n  Call:        fi_cq_open\n  \
+             Error:       Cannot allocate memory (12)\n  \
+             Effect:      this interface is not used; other interfaces or BTLs may carry the job\n\
+             \nCheck btl_usnic_sd_num, btl_usnic_rd_num, btl_usnic_prio_sd_num,\n\
+             btl_usnic_prio_rd_num and btl_usnic_cq_num (-1 lets the provider choose),\n\
+             the locked-memory limit (\"ulimit -l\"; it should be unlimited), the\n\
+             memory of the host, and the number of processes per host."
+        )
+    };
+    let blocks = help_blocks(&err);
+    assert!(!blocks.is_empty(), "{err}");
+    for b in &blocks {
+        let iface = b
+            .lines()
+            .find_map(|l| l.strip_prefix("  Interface:   "))
+            .unwrap_or("?");
+        assert_eq!(b, &want(iface), "\nstderr:\n{err}");
+    }
+    // Each process: one block per interface (the same interfaces), then the one line.
+    let ours: Vec<&str> = err.lines().filter(|l| l.contains("btl:usnic:")).collect();
+    assert_eq!(ours.len(), 2, "{err}");
+    for rank in 0..2 {
+        let want = format!(
+            "] btl:usnic: rank {rank}: no interface could be opened; the usnic BTL disables itself"
+        );
+        assert!(
+            ours.iter()
+                .any(|l| l.starts_with('[') && l.ends_with(&want)),
+            "{want}\n{err}"
+        );
+    }
+    assert_eq!(blocks.len() % 2, 0, "{err}");
+}
+
+/// The provider named by btl_usnic_provider does not exist: each process says so, exactly, and
+/// the job runs over tcp.
+#[test]
+fn missing_provider_is_named() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let host = hostname();
+    let o = mpirun(
+        2,
+        &[
+            "--mca",
+            "btl",
+            "usnic,self,tcp",
+            "--mca",
+            "btl_usnic_provider",
+            "nosuch",
+        ],
+        &["pingpong", "1024", "2"],
+    );
+    let (out, err) = succeeded(&o);
+    assert!(out.contains("OK: 0 errors"), "{out}");
+    let want = format!(
+        "The usnic BTL found no usable datagram device on this host, so it will\n\
+         not be used here. Other BTLs may carry the job.\n\
+         \n  Host:        {host}\n  Provider:    nosuch\n  \
+         Reason:      libfabric's provider \"nosuch\" offers no usable FI_EP_DGRAM interface \
+         here (is the provider name right?)\n\
+         \nCheck \"fi_info -p <provider> -t FI_EP_DGRAM\", btl_usnic_provider,\n\
+         btl_usnic_if_include and btl_usnic_if_exclude."
+    );
+    assert_exact_help(&err, &want);
+}
+
+/// Two processes whose interfaces share no subnet (rank 0 limited to eth0, rank 1 to lo, via
+/// per-rank environment): each names the other as unreachable over usnic, exactly, and the
+/// job runs over tcp.
+#[test]
+fn unreachable_peer_is_named() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let host = hostname();
+    // The first non-loopback interface the plugin would use, from its own verbose output.
+    let o = mpirun(
+        1,
+        &[
+            "--mca",
+            "btl",
+            "usnic,self",
+            "--mca",
+            "btl_usnic_verbose",
+            "5",
+        ],
+        &["pingpong", "1024", "1"],
+    );
+    let (_, err) = text(&o);
+    let (iface, addr) = err
+        .lines()
+        .find_map(|l| {
+            let rest = l.split(": module 0: ").nth(1)?;
+            let mut w = rest.split_whitespace();
+            Some((w.next()?.to_string(), w.next()?.to_string()))
+        })
+        .unwrap_or_else(|| panic!("no module 0 line:\n{err}"));
+    assert_ne!(iface, "lo", "{err}");
+    let mut c = ompi("mpirun");
+    c.args([
+        "--oversubscribe",
+        "--mca",
+        "pml",
+        "ob1",
+        "--mca",
+        "btl",
+        "usnic,self,tcp",
+    ]);
+    let prog = workdir().join("pingpong");
+    c.args([
+        "-np",
+        "1",
+        "-x",
+        &format!("OMPI_MCA_btl_usnic_if_include={iface}"),
+    ])
+    .arg(&prog)
+    .args(["1024", "2", ":"]);
+    c.args(["-np", "1", "-x", "OMPI_MCA_btl_usnic_if_include=lo"])
+        .arg(&prog)
+        .args(["1024", "2"]);
+    let o = run(c, Duration::from_secs(120));
+    let (out, err) = succeeded(&o);
+    assert!(out.contains("OK: 0 errors"), "{out}");
+    let block = |local: &str, local_addr: &str, rank: u32, remote_addr: &str| {
+        format!(
+            "The usnic BTL has no route from a local interface to the address of a\n\
+             peer process. That pair of interfaces will not be used; if no other\n\
+             path exists, the processes cannot reach each other over usnic.\n\
+             \n  Local host:      {host}\n  Local interface: {local} ({local_addr})\n  \
+             Remote host:     {host} (rank {rank})\n  Remote address:  {remote_addr}\n  \
+             Reason:          no local interface shares a subnet with the peer's; another BTL \
+             must carry its traffic\n\
+             \nSet btl_usnic_show_route_failures to 0 to silence this message."
+        )
+    };
+    let mut want = vec![
+        block(&iface, &addr, 1, "127.0.0.1/255.0.0.0"),
+        block("lo", "127.0.0.1/255.0.0.0", 0, &addr),
+    ];
+    let mut got = help_blocks(&err);
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "\nstderr:\n{err}");
 }

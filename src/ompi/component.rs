@@ -162,15 +162,16 @@ fn decline_no_device(host: &str, provider: &str, reason: &str) -> i32 {
 /// Component init: returns OPAL_SUCCESS with `*num` modules (0 = declined).
 pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32 {
     *num = 0;
+    let (mut jobid, mut vpid) = (0u32, 0u32);
+    // SAFETY: writes two u32 out-parameters; Open MPI's local proc exists once btl_init runs.
+    unsafe { sys::usnic_shim_my_name(&mut jobid, &mut vpid) };
+    log::set_rank(vpid);
     let my_host = my_hostname();
     let settings = match Settings::from_params(params) {
         Ok(s) => s,
         Err(e) => return decline_param(&my_host, &e),
     };
     log::set_verbosity(settings.verbose);
-    let (mut jobid, mut vpid) = (0u32, 0u32);
-    // SAFETY: writes two u32 out-parameters; Open MPI's local proc exists once btl_init runs.
-    unsafe { sys::usnic_shim_my_name(&mut jobid, &mut vpid) };
     log::init_tracing(&my_host, vpid);
     // The lock is needed with MPI threads, and whenever the ACK helper thread runs.
     lock::set_threaded(mpi_threads || settings.ack_thread);
@@ -206,27 +207,16 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
         );
     }
     if devices.is_empty() {
-        log::verbose(1, || {
-            format!(
-                "no interface of provider {} is usable (if_include={:?} if_exclude={:?}); declining",
-                settings.provider, settings.if_include, settings.if_exclude
-            )
-        });
-        return OPAL_SUCCESS;
+        return decline_no_device(
+            &my_host,
+            &settings.provider,
+            &format!(
+                "libfabric's provider \"{}\" offers no usable FI_EP_DGRAM interface here \
+                 (is the provider name right?)",
+                settings.provider
+            ),
+        );
     }
-
-    super::connectivity::edge::start(
-        super::connectivity::edge::Setup {
-            enabled: settings.connectivity_check,
-            ack_timeout_ms: settings.connectivity_ack_timeout_ms,
-            retries: settings.connectivity_retries,
-            hostname: &my_host,
-            jobid,
-            local_rank: None,
-            session_dir: None,
-        }
-        .from_env(),
-    );
 
     // The rule (512 KiB with one module, 25 KiB with several) counts the interfaces
     // that carry remote traffic; the loopback module only ever serves same-node peers.
@@ -244,6 +234,15 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
     for dev in &devices {
         let mut fab = match fabric::Module::open(dev, &cfg) {
             Ok(m) => m,
+            Err(e) if super::help::exhausted_resource(e.call, e.code).is_some() => {
+                show_help!("resource exhausted",
+                    format!("cannot open interface {}: {e}; skipping it", dev.name);
+                    s(&my_host), s(&dev.name),
+                    s(super::help::exhausted_resource(e.call, e.code).unwrap_or_default()),
+                    s(e.call), s(&e.message), i(e.code),
+                    s("this interface is not used; other interfaces or BTLs may carry the job"));
+                continue;
+            }
             Err(e) => {
                 show_help!("libfabric API failed",
                     format!("cannot open interface {}: {e}; skipping it", dev.name);
@@ -279,12 +278,8 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
             link_speed_mbps: dev.link_speed_mbps,
             rx_window: ec.rx_window,
             address: fab.local_address(),
-            // Loopback modules serve same-host peers only: nothing to check.
-            cc_port: if dev.is_loopback {
-                0
-            } else {
-                super::connectivity::edge::listen(dev.ipv4, data_mtu as u32)
-            },
+            // Set below, once an interface opened and the checker runs.
+            cc_port: 0,
         };
         let engine = match Engine::new(ec) {
             Ok(e) => e,
@@ -344,6 +339,27 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
     if modules.is_empty() {
         lock::set_threaded(mpi_threads);
         return decline("no interface could be opened");
+    }
+    // Only now: a process without a usable interface never starts (local rank 0) or waits for
+    // (the others) the connectivity agent.
+    super::connectivity::edge::start(
+        super::connectivity::edge::Setup {
+            enabled: settings.connectivity_check,
+            ack_timeout_ms: settings.connectivity_ack_timeout_ms,
+            retries: settings.connectivity_retries,
+            hostname: &my_host,
+            jobid,
+            local_rank: None,
+            session_dir: None,
+        }
+        .from_env(),
+    );
+
+    for m in modules.iter_mut() {
+        // Loopback modules serve same-host peers only: nothing to check.
+        if !m.entry.is_loopback() {
+            m.entry.cc_port = super::connectivity::edge::listen(m.entry.ipv4, m.entry.data_mtu);
+        }
     }
     let entries: Vec<ModexEntry> = modules.iter().map(|m| m.entry.clone()).collect();
     let blob = modex::encode(&entries);
@@ -517,7 +533,7 @@ pub fn print_stats(c: &Component, m: &ModuleCell, last: bool) {
         last,
     );
     drop(st);
-    log::error(&line);
+    log::plain(&line);
 }
 
 /// Interfaces of a modex list, for pairing.

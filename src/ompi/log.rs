@@ -1,6 +1,8 @@
-//! Messages through Open MPI's output (so they interleave with its own), one line each (opal_output
-//! prefixes `[host:pid]`). Level 0 always prints; level n prints when the larger of
-//! `btl_usnic_verbose` and `btl_base_verbose` is at least n.
+//! Messages through Open MPI's output (so they interleave with its own), one line each, as
+//! `[host:pid] btl:usnic: rank R: message` (opal_output prefixes `[host:pid]`; the rank is the
+//! MPI_COMM_WORLD rank, `?` before Open MPI named the process). Level 0 always prints; level n
+//! prints when the larger of `btl_usnic_verbose` and `btl_base_verbose` is at least n. The
+//! statistics lines keep their own documented form (`btl:usnic: stats ... rank=R ...`).
 //!
 //! The fabric edge's `tracing` events go to stderr, one line each, as
 //! `[host:pid] btl:usnic: rank R LEVEL target: message`; the level follows the same verbosity
@@ -11,6 +13,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use super::sys;
 
 static VERBOSE: AtomicU32 = AtomicU32::new(0);
+/// This process's rank + 1 (0 = not known yet).
+static RANK: AtomicU32 = AtomicU32::new(0);
+
+/// The rank every line names (from Open MPI's name of this process, at component init).
+pub fn set_rank(rank: u32) {
+    RANK.store(rank.saturating_add(1), Ordering::Relaxed);
+}
 
 pub fn set_verbosity(v: u32) {
     VERBOSE.store(v, Ordering::Relaxed);
@@ -44,8 +53,16 @@ fn emit(line: &str) {
 }
 
 /// opal_output already starts the line with `[host:pid]`.
-fn prefix() -> &'static str {
-    "btl:usnic:"
+fn prefix() -> String {
+    match RANK.load(Ordering::Relaxed) {
+        0 => "btl:usnic: rank ?:".to_string(),
+        r => format!("btl:usnic: rank {}:", r - 1),
+    }
+}
+
+/// A line in a documented format of its own that names the rank itself (statistics).
+pub fn plain(line: &str) {
+    emit(&format!("btl:usnic: {line}"));
 }
 
 /// An error or warning the user must see.
@@ -108,6 +125,13 @@ pub fn init_tracing(host: &str, rank: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_line_names_the_rank() {
+        assert_eq!(prefix(), "btl:usnic: rank ?:");
+        set_rank(3);
+        assert_eq!(prefix(), "btl:usnic: rank 3:");
+    }
 
     #[test]
     fn levels_follow_verbosity() {

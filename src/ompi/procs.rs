@@ -205,6 +205,21 @@ fn connect(
         .fabric
         .insert_peer(&e.address)
         .map_err(|err| format!("cannot reach rank {vpid} on {host} at {}: {err}", e.ipv4))?;
+    super::connectivity::mtu::check(
+        &super::connectivity::mtu::End {
+            host: &super::component::my_hostname(),
+            interface: &m.info.name,
+            address: super::connectivity::mtu::with_prefix(m.entry.ipv4, m.entry.netmask),
+            datagram: m.entry.data_mtu,
+        },
+        &super::connectivity::mtu::End {
+            host: &host,
+            interface: "",
+            address: e.ipv4.to_string(),
+            datagram: e.data_mtu,
+        },
+        (m.entry.ipv4, e.ipv4),
+    );
     let now = fabric::now();
     let peer = st.engine.add_peer(
         now,

@@ -15,6 +15,15 @@ use super::{sys, Failure, SMALL_SIZE};
 
 /// Largest UDP payload over IPv4; a larger probe size is clamped (and would fail anyway).
 const MAX_UDP_PAYLOAD: u32 = 65507;
+/// How much later than the peer's agent the agent with the higher address of a path reports
+/// its failure, beyond the peer's own probing time: most breaks (a firewall, a switch port MTU)
+/// fail both agents' round trips at about the same moment, and two texts describing one broken
+/// path from both ends are one too many. The lower end reports and aborts; mpirun takes a few
+/// seconds to end the other processes (measured across two netns hosts on a loaded machine: 3 to
+/// 8 s). When the lower end did not fail (the break is in one direction and size only) or
+/// never checked the path (it never sent to this peer), the higher end still reports, this
+/// much later.
+pub const REPORT_STAGGER: Duration = Duration::from_secs(10);
 
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
@@ -141,6 +150,8 @@ struct Check {
     deadline: Instant,
     /// None while probing; Some(passed) once decided (kept so a path is checked once per host).
     outcome: Option<bool>,
+    /// Out of retries and waiting [`REPORT_STAGGER`] before reporting.
+    staggered: bool,
     send_error: Option<String>,
 }
 
@@ -358,6 +369,7 @@ impl State {
                 sends: 0,
                 deadline: Instant::now(),
                 outcome: None,
+                staggered: false,
                 send_error: None,
             },
         );
@@ -489,6 +501,13 @@ impl State {
             let c = &self.checks[&key];
             if c.sends < self.cfg.retries.max(1) {
                 self.send_probes(key);
+                continue;
+            }
+            if !c.staggered && u32::from(*key.src.ip()) > u32::from(*key.dst.ip()) {
+                if let Some(c) = self.checks.get_mut(&key) {
+                    c.staggered = true;
+                    c.deadline = now + self.cfg.ack_timeout * self.cfg.retries + REPORT_STAGGER;
+                }
                 continue;
             }
             let l = &self.listeners[c.listener];

@@ -21,6 +21,7 @@ pub mod agent;
 pub mod client;
 pub mod edge;
 pub mod ipc;
+pub mod mtu;
 pub mod sys;
 pub mod wire;
 
