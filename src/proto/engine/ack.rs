@@ -45,29 +45,12 @@ impl Engine {
             let rec = *p.sw.get(s);
             p.sw.get_mut(s).state = SegState::Free;
             p.sw.una = s.plus(1);
-            match rec.state {
-                SegState::InFlight => {
+            if matches!(rec.state, SegState::InFlight | SegState::Lost) {
+                if rec.state == SegState::InFlight {
                     p.hotel.checkout(rec.room);
-                    delivered(
-                        p,
-                        peer,
-                        &rec,
-                        now,
-                        barrier,
-                        &mut self.events,
-                        &mut self.spares,
-                    );
                 }
-                SegState::Lost => delivered(
-                    p,
-                    peer,
-                    &rec,
-                    now,
-                    barrier,
-                    &mut self.events,
-                    &mut self.spares,
-                ),
-                SegState::Sacked | SegState::Free => {}
+                let (events, spares) = (&mut self.events, &mut self.spares);
+                delivered(p, peer, &rec, now, barrier, events, spares);
             }
         }
         let base = cum_next.plus(1);
