@@ -174,6 +174,24 @@ fn at_least(name: &str, v: c_int, min: c_int) -> Result<c_int, ParamError> {
 }
 
 /// `-1` means automatic; otherwise at least `min`.
+/// 0 (meaning `zero_means`) or at least `min`.
+fn zero_or_at_least(
+    name: &str,
+    v: c_int,
+    min: usize,
+    zero_means: &str,
+) -> Result<usize, ParamError> {
+    let n = at_least(name, v, 0)? as usize;
+    if n != 0 && n < min {
+        return Err(ParamError::invalid(
+            name,
+            n,
+            format!("0 for {zero_means}, or >= {min}"),
+        ));
+    }
+    Ok(n)
+}
+
 fn auto_or(name: &str, v: c_int, min: c_int) -> Result<Option<usize>, ParamError> {
     if v == -1 {
         Ok(None)
@@ -269,31 +287,10 @@ impl Settings {
             }
             v => v as usize,
         };
-        let mtu = at_least("mtu", p.mtu, 0)? as usize;
-        if mtu != 0 && mtu < 512 {
-            return Err(ParamError::invalid(
-                "mtu",
-                mtu,
-                "0 for the interface MTU, or >= 512",
-            ));
-        }
+        let mtu = zero_or_at_least("mtu", p.mtu, 512, "the interface MTU")?;
         let rndv = at_least("rndv_eager_limit", p.rndv_eager_limit, 0)? as usize;
-        let eager = at_least("eager_limit", p.eager_limit, 0)? as usize;
-        if eager != 0 && eager < 1024 {
-            return Err(ParamError::invalid(
-                "eager_limit",
-                eager,
-                "0 for automatic, or >= 1024",
-            ));
-        }
-        let max_send = at_least("max_send_size", p.max_send_size, 0)? as usize;
-        if max_send != 0 && max_send < 1024 {
-            return Err(ParamError::invalid(
-                "max_send_size",
-                max_send,
-                "0 for automatic, or >= 1024",
-            ));
-        }
+        let eager = zero_or_at_least("eager_limit", p.eager_limit, 1024, "automatic")?;
+        let max_send = zero_or_at_least("max_send_size", p.max_send_size, 1024, "automatic")?;
         at_least("av_eq_num", p.av_eq_num, 1)?;
         let cc_ack = at_least("connectivity_ack_timeout", p.connectivity_ack_timeout, 0)?;
         let cc_retries = at_least(
