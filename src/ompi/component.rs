@@ -18,6 +18,14 @@ use super::sys;
 /// 512 KiB measured better on `lo`: ping-pong 256 KiB 41-45 against 56-64 us, 1 MiB 160-175
 /// against 171-220 us (no rendezvous handshake below it, and larger pipeline fragments above).
 const EAGER_ONE_MODULE: usize = 512 * 1024;
+const EAGER_MANY_MODULES: usize = 25 * 1024;
+/// Bandwidth reported when the interface does not know its speed (Mb/s).
+const DEFAULT_BANDWIDTH: u32 = 10_000;
+/// The original's `btl_latency`.
+const LATENCY: u32 = 2;
+/// Largest single emulated PUT/GET (the PML splits larger transfers).
+const RDMA_LIMIT: usize = 4 << 20;
+
 /// The largest fragment ob1 may pipeline through `prepare_src`/`send` (`btl_max_send_size`).
 /// Measured on `lo` (65507-byte datagrams), eager limit 512 KiB: fragments of one datagram
 /// each skip reassembly (bench_bw 1-4 MiB 7.7-9.5 GB/s against 5.9-8.1 with 512 KiB
@@ -31,13 +39,6 @@ fn max_send_size(param: usize, eager: usize) -> usize {
         eager
     }
 }
-const EAGER_MANY_MODULES: usize = 25 * 1024;
-/// Bandwidth reported when the interface does not know its speed (Mb/s).
-const DEFAULT_BANDWIDTH: u32 = 10_000;
-/// The original's `btl_latency`.
-const LATENCY: u32 = 2;
-/// Largest single emulated PUT/GET (the PML splits larger transfers).
-const RDMA_LIMIT: usize = 4 << 20;
 
 pub struct Component {
     pub settings: Settings,
@@ -234,20 +235,18 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
     for dev in &devices {
         let mut fab = match fabric::Module::open(dev, &cfg) {
             Ok(m) => m,
-            Err(e) if super::help::exhausted_resource(e.call, e.code).is_some() => {
-                show_help!("resource exhausted",
-                    format!("cannot open interface {}: {e}; skipping it", dev.name);
-                    s(&my_host), s(&dev.name),
-                    s(super::help::exhausted_resource(e.call, e.code).unwrap_or_default()),
-                    s(e.call), s(&e.message), i(e.code),
-                    s("this interface is not used; other interfaces or BTLs may carry the job"));
-                continue;
-            }
             Err(e) => {
-                show_help!("libfabric API failed",
-                    format!("cannot open interface {}: {e}; skipping it", dev.name);
-                    s(&my_host), s(&dev.name), s(e.call), s(file!()), i(line!()),
-                    s(&e.message), i(e.code));
+                match super::help::exhausted_resource(e.call, e.code) {
+                    Some(resource) => show_help!("resource exhausted",
+                        format!("cannot open interface {}: {e}; skipping it", dev.name);
+                        s(&my_host), s(&dev.name), s(resource),
+                        s(e.call), s(&e.message), i(e.code),
+                        s("this interface is not used; other interfaces or BTLs may carry the job")),
+                    None => show_help!("libfabric API failed",
+                        format!("cannot open interface {}: {e}; skipping it", dev.name);
+                        s(&my_host), s(&dev.name), s(e.call), s(file!()), i(line!()),
+                        s(&e.message), i(e.code)),
+                }
                 continue;
             }
         };
@@ -267,7 +266,6 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
         ec.local_key = random_u64();
         ec.isn = random_u64() as u16;
         ec.rx_window = fab.rx_capacity(Channel::Data) as u32;
-        let entry_rx_window = ec.rx_window;
         let entry = ModexEntry {
             id: ec.local_id,
             key: ec.local_key,
@@ -323,7 +321,7 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
                 dev.name,
                 dev.ipv4,
                 dev.netmask,
-                entry_rx_window,
+                entry.rx_window,
                 info.rndv_eager_limit,
                 info.max_send_size,
                 sys::MCA_BTL_EXCLUSIVITY_DEFAULT

@@ -52,28 +52,18 @@ impl Frag {
         self.segs[i].seg_len as usize
     }
 
-    /// All bytes the PML put in this fragment, as one owned buffer for the core. Reuses `buf`
-    /// when segment 0 is all there is; otherwise appends segment 1's bytes (copied from user
-    /// memory, which is why the user buffer is free as soon as `btl_send` returns).
-    ///
-    /// # Safety
-    /// Segment 1, when present, must point to `seg_len(1)` readable bytes (as `prepare_src`
-    /// set it up and the PML left it).
-    pub unsafe fn take_payload(&mut self) -> Vec<u8> {
-        let count = self.des.des_segment_count.min(2);
-        let len0 = self.seg_len(0).min(self.buf.len());
+    /// Bytes of segment 0 (the PML may have shrunk it below what `buf` holds).
+    fn seg0_len(&self) -> usize {
+        self.seg_len(0).min(self.buf.len())
+    }
+
+    /// Segment 0 as one owned buffer for the core (reusing `buf`): what `alloc` and packed
+    /// `prepare_src` fragments carry. A fragment with user data in segment 1 is lent instead
+    /// (`LentFrag`).
+    pub fn take_segment0(&mut self) -> Vec<u8> {
+        let len0 = self.seg0_len();
         let mut data = core::mem::take(&mut self.buf);
         data.truncate(len0);
-        if count == 2 && self.seg_len(1) > 0 {
-            // SAFETY: the caller guarantees segment 1 is readable for its length.
-            let user = unsafe {
-                core::slice::from_raw_parts(
-                    self.segs[1].seg_addr.pval as *const u8,
-                    self.seg_len(1),
-                )
-            };
-            data.extend_from_slice(user);
-        }
         data
     }
 }
@@ -104,9 +94,8 @@ impl crate::proto::Lent for LentFrag {
         // the core holds this (it drops it before reporting the send complete).
         unsafe {
             let f = &*self.0;
-            let len0 = f.seg_len(0).min(f.buf.len());
             [
-                &f.buf[..len0],
+                &f.buf[..f.seg0_len()],
                 core::slice::from_raw_parts(f.segs[1].seg_addr.pval as *const u8, f.seg_len(1)),
             ]
         }
@@ -214,30 +203,6 @@ mod tests {
     }
 
     #[test]
-    fn payload_is_header_then_user_bytes() {
-        let mut pool = FragPool::default();
-        let mut user = *b"user data!";
-        let f = pool.get(
-            0,
-            ptr::null_mut(),
-            4,
-            user.len(),
-            0,
-            255,
-            Vec::with_capacity,
-        );
-        // SAFETY: f is live; `user` outlives the take_payload call.
-        unsafe {
-            (&mut *f).buf.copy_from_slice(b"HDR:");
-            FragPool::set_user_segment(f, user.as_mut_ptr(), user.len());
-            assert_eq!((*f).des.des_segment_count, 2);
-            let data = (&mut *f).take_payload();
-            assert_eq!(&data, b"HDR:user data!");
-            assert!(pool.put(f).is_none());
-        }
-    }
-
-    #[test]
     fn lent_frag_reads_header_then_user_bytes_in_place() {
         use crate::proto::{Lent, Payload};
         let mut pool = FragPool::default();
@@ -248,6 +213,7 @@ mod tests {
             (&mut *f).buf.copy_from_slice(b"HDR:");
             let up = user.as_mut_ptr();
             FragPool::set_user_segment(f, up, user.len());
+            assert_eq!((*f).des.des_segment_count, 2);
             let lent: Box<dyn Lent> = Box::new(LentFrag::new(f));
             let p = Payload::from(lent);
             assert_eq!(p.len(), 14);
@@ -272,7 +238,7 @@ mod tests {
             let fr = &mut *f;
             fr.buf[..3].copy_from_slice(b"abc");
             fr.segs[0].seg_len = 3;
-            assert_eq!(fr.take_payload(), b"abc");
+            assert_eq!(fr.take_segment0(), b"abc");
             assert!(pool.put(f).is_none());
         }
     }

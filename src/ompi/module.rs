@@ -54,6 +54,14 @@ pub struct ModuleInfo {
     pub rdma_limit: usize,
 }
 
+impl ModuleInfo {
+    /// Largest descriptor the PML may ask for: an eager message (up to the eager limit) or a
+    /// pipeline fragment (up to the maximum send size), whichever is larger.
+    pub fn send_limit(&self) -> usize {
+        self.max_send_size.max(self.eager_limit)
+    }
+}
+
 pub struct PeerSlot {
     pub addr: PeerAddr,
     /// Leaked box handed to the PML; freed by `drop_endpoint`.
@@ -521,7 +529,6 @@ impl ModuleCell {
     pub fn dispatch(&self, batch: &mut Vec<Upcall>) {
         let btl = self.btl.get();
         let mut reposts: Vec<(Channel, BufId)> = Vec::new();
-        let mut delivered: Vec<Vec<u8>> = Vec::new();
         for up in batch.drain(..) {
             match up {
                 Upcall::DeliverInPlace {
@@ -537,7 +544,8 @@ impl ModuleCell {
                 Upcall::DeliverOwned { mut data, tag } => {
                     let len = data.len();
                     deliver(btl, tag, data.as_mut_ptr(), len);
-                    delivered.push(data);
+                    // The PML copied what it needed during its callback.
+                    self.state.borrow_mut().engine.recycle(data);
                 }
                 Upcall::SendDone { frag, status } => self.complete_send(frag, status),
                 Upcall::PeerFailed { endpoint } => self.peer_failed(endpoint),
@@ -547,10 +555,6 @@ impl ModuleCell {
         let mut st = self.state.borrow_mut();
         if !reposts.is_empty() {
             st.repost_all(&reposts);
-        }
-        // The PML copied what it needed during its callback.
-        for buf in delivered {
-            st.engine.recycle(buf);
         }
         // Callbacks may have queued sends (their own transmit already ran), and ACKs may be owed.
         st.transmit(crate::fabric::now());

@@ -31,7 +31,7 @@ pub fn alloc(
     size: usize,
     flags: u32,
 ) -> *mut Frag {
-    if size > m.info.max_send_size.max(m.info.eager_limit) {
+    if size > m.info.send_limit() {
         return ptr::null_mut();
     }
     let epp = endpoint(m, ep).map_or(ptr::null_mut(), |e| e as *const _ as *mut Endpoint);
@@ -73,8 +73,7 @@ pub fn prepare_src(
         return ptr::null_mut();
     };
     let epp = e as *const _ as *mut Endpoint;
-    let limit = m.info.max_send_size.max(m.info.eager_limit);
-    let want = (*size).min(limit.saturating_sub(reserve));
+    let want = (*size).min(m.info.send_limit().saturating_sub(reserve));
     // SAFETY: conv is the PML's live convertor.
     let need_buffers = want > 0 && unsafe { sys::usnic_shim_convertor_need_buffers(conv) } != 0;
     let f = {
@@ -173,8 +172,8 @@ pub fn send(
         let lent: Box<dyn Lent> = Box::new(unsafe { LentFrag::new(f) });
         lent.into()
     } else {
-        // SAFETY: segment 1, if any, is the user data prepare_src referenced (still valid now).
-        unsafe { (*f).take_payload() }.into()
+        // SAFETY: f is a live descriptor of this module (no user segment: see `lend`).
+        unsafe { (*f).take_segment0() }.into()
     };
     let len = data.len();
     let cookie = match outcome {
@@ -233,8 +232,7 @@ pub fn sendi(
         return OPAL_ERR_UNREACH;
     };
     let total = header_size + payload_size;
-    let limit = m.info.max_send_size.max(m.info.eager_limit);
-    if e.failed.get() || total > limit || (header.is_null() && header_size > 0) {
+    if e.failed.get() || total > m.info.send_limit() || (header.is_null() && header_size > 0) {
         return OPAL_ERR_RESOURCE_BUSY;
     }
     if m.state.borrow().inline_backlog > INLINE_BACKLOG_LIMIT {
