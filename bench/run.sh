@@ -28,7 +28,7 @@ USNIC_EXTRA_MCA=${USNIC_EXTRA_MCA:-}
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BENCH=$ROOT/bench
-NETNS_CLUSTER=${NETNS_CLUSTER:-$ROOT/../shared/tools/netns-cluster.sh}
+NETNS_CLUSTER=${NETNS_CLUSTER:-$("$ROOT/scripts/find-netns-cluster.sh")}
 PY=/usr/bin/python3
 
 usage() {

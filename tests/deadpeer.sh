@@ -9,7 +9,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-NC=${NC:-$ROOT/../shared/tools/netns-cluster.sh}
+NC=${NC:-$("$ROOT/scripts/find-netns-cluster.sh")}
 PEER_TIMEOUT_MS=${PEER_TIMEOUT_MS:-4000}
 SLACK=${SLACK:-20}
 JOB_LIMIT=180

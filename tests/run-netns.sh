@@ -38,7 +38,7 @@ TIMEOUT=${TIMEOUT:-300}
 SCALE=${SCALE:-1}
 MPI_ARGS=${MPI_ARGS:-}
 export NC_NET=${NC_NET:-10.77.0}
-NC=${NC:-$ROOT/../shared/tools/netns-cluster.sh}
+NC=${NC:-$("$ROOT/scripts/find-netns-cluster.sh")}
 PROGS=${*:-$ALL_PROGS}
 LOGDIR=$BIN_DIR/logs/netns-$(date +%Y%m%d-%H%M%S)
 

@@ -21,8 +21,7 @@
 set -u
 cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
-NC=${NC:-/work/shared/tools/netns-cluster.sh}
-[ -x "$NC" ] || NC=$ROOT/../shared/tools/netns-cluster.sh
+NC=${NC:-$("$ROOT/scripts/find-netns-cluster.sh")}
 export NC_NET=10.77.0
 ACK_MS=100
 RETRIES=10

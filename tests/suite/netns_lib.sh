@@ -1,6 +1,6 @@
 # Sourced by tests/suite/netns.sh and faults.sh (after lib.sh): the netns cluster of
 # ../shared/tools/netns-cluster.sh, taken under the same lock as tests/run-netns.sh.
-NC=${NC:-$(cd "$SUITE_DIR/../.." && pwd)/../shared/tools/netns-cluster.sh}
+NC=${NC:-$("$SUITE_DIR/../../scripts/find-netns-cluster.sh")}
 export NC_NET=${NC_NET:-10.77.0}
 NC_LOCK=/run/lock/usnic-rs-netns.lock
 NC_OWNED=0
