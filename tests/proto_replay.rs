@@ -294,7 +294,7 @@ fn forged_acks_beyond_the_window_release_nothing() {
     let old = p.a.stats().old_acks;
     for f in [
         forge(seq + 1, b_next),         // acknowledges the unsent next segment
-        forge(seq, b_next + 4097),      // sender claims to be a window ahead
+        forge(seq, b_next + 4096 + 65), // a window and more refusals than it may owe ahead
         forge(seq - (1 << 16), b_next), // one epoch old
         forge(seq + (1 << 16), b_next), // one epoch ahead
     ] {

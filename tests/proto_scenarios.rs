@@ -808,27 +808,19 @@ fn put_refusal_lost_then_repaired_still_fails_the_put() {
         RxOutcome::Write { .. }
     ));
     p.b.refuse_write(us(10), p.ba);
-    // No acknowledgement may leave B before the refusal has its sequence number.
+    // B's ACK may leave before the refusal has its sequence number: its barrier already
+    // counts the refusal in.
     p.b.handle_timeout(us(100));
-    assert!(
-        tx(&mut p.b, us(100), Channel::Priority).is_empty(),
-        "ACK held behind the refusal"
-    );
+    let ack = tx(&mut p.b, us(100), Channel::Priority);
+    assert_eq!(ack.len(), 1);
     let r = tx(&mut p.b, us(100), Channel::Data);
     assert_eq!(r.len(), 1);
     let h = hdr(&r[0]);
     assert_eq!(h.kind, Kind::PutRefuse);
+    assert_eq!(hdr(&ack[0]).ack.unwrap().snd_next, h.seq.wrapping_add(1));
     assert_eq!(h.ack.unwrap().snd_next, h.seq.wrapping_add(1));
-    // The refusal is lost. A retransmits the put at its timeout; B re-ACKs the duplicate.
-    p.a.handle_timeout(us(5_000));
-    let d2 = tx(&mut p.a, us(5_000), Channel::Data);
-    assert_eq!(
-        p.b.handle_datagram(us(5_010), Channel::Data, &d2[0]),
-        RxOutcome::Dropped(DropReason::Duplicate)
-    );
-    let ack = tx(&mut p.b, us(5_010), Channel::Priority);
-    assert_eq!(ack.len(), 1);
-    p.a.handle_datagram(us(5_020), Channel::Priority, &ack[0]);
+    // The refusal is lost; the ACK arrives.
+    p.a.handle_datagram(us(110), Channel::Priority, &ack[0]);
     assert!(
         events(&mut p.a).is_empty(),
         "acknowledged, but a refusal may be in flight: held"
@@ -849,6 +841,131 @@ fn put_refusal_lost_then_repaired_still_fails_the_put() {
         }]
     );
     assert!(p.a.is_idle(p.ab));
+}
+
+/// `from`'s timers and everything it sends, handed to `to` (which refuses every write from
+/// `peer`, its id for `from`); returns how many fragments `to` delivered.
+fn one_way(from: &mut Engine, to: &mut Engine, peer: PeerId, t: Instant) -> usize {
+    let mut got = 0;
+    if from.poll_timeout().is_some_and(|d| d <= t) {
+        from.handle_timeout(t);
+    }
+    for ch in [Channel::Priority, Channel::Data] {
+        for d in tx(from, t, ch) {
+            match to.handle_datagram(t, ch, &d) {
+                RxOutcome::Write { .. } => to.refuse_write(t, peer),
+                RxOutcome::Deliver { .. } => got += 1,
+                _ => {}
+            }
+        }
+    }
+    got
+}
+
+#[test]
+fn refusals_both_ways_with_full_windows_do_not_stall() {
+    // Each side's window is full with a PUT the other refuses and a fragment behind it. A
+    // refusal needs window room, which only the other side's ACKs make: neither may withhold
+    // its ACKs until its own refusal is sequenced (the hostile test's putget_rdma stall).
+    let mut ca = cfg(1, 100);
+    let mut cb = cfg(2, 200);
+    ca.window = 2;
+    cb.window = 2;
+    ca.peer_timeout = Duration::from_millis(300);
+    cb.peer_timeout = Duration::from_millis(300);
+    let mut p = pair_with(ca, cb);
+    p.a.submit_put(us(0), p.ab, 9, 0, vec![1; 100], Cookie(1))
+        .unwrap();
+    p.a.submit_send(us(0), p.ab, 5, vec![2; 1000], Cookie(2))
+        .unwrap();
+    p.b.submit_put(us(0), p.ba, 9, 0, vec![3; 100], Cookie(3))
+        .unwrap();
+    p.b.submit_send(us(0), p.ba, 5, vec![4; 1000], Cookie(4))
+        .unwrap();
+    // Both windows go out before either side hears from the other.
+    let from_a = tx(&mut p.a, us(0), Channel::Data);
+    let from_b = tx(&mut p.b, us(0), Channel::Data);
+    assert_eq!((from_a.len(), from_b.len()), (2, 2));
+    let (mut a_got, mut b_got) = (0, 0);
+    for (d, to, peer, got) in [
+        (from_a, &mut p.b, p.ba, &mut b_got),
+        (from_b, &mut p.a, p.ab, &mut a_got),
+    ] {
+        for d in d {
+            match to.handle_datagram(us(10), Channel::Data, &d) {
+                RxOutcome::Write { .. } => to.refuse_write(us(10), peer),
+                RxOutcome::Deliver { .. } => *got += 1,
+                o => panic!("{o:?}"),
+            }
+        }
+    }
+    let mut t = us(10);
+    let (mut a_events, mut b_events) = (Vec::new(), Vec::new());
+    while t < us(200_000) && (a_events.len() < 2 || b_events.len() < 2) {
+        b_got += one_way(&mut p.a, &mut p.b, p.ba, t);
+        a_got += one_way(&mut p.b, &mut p.a, p.ab, t);
+        a_events.extend(events(&mut p.a));
+        b_events.extend(events(&mut p.b));
+        t = Instant(t.0 + 100_000);
+    }
+    for (ev, put, send) in [(&a_events, 1, 2), (&b_events, 3, 4)] {
+        assert!(
+            !ev.iter().any(|e| matches!(e, Event::PeerFailed { .. })),
+            "stalled into a peer failure: {ev:?}"
+        );
+        assert!(ev.iter().any(|e| matches!(e,
+            Event::PutComplete { cookie, result: Err(Failure::RemoteRefused), .. } if cookie.0 == put)));
+        assert!(ev.iter().any(|e| matches!(e,
+            Event::SendComplete { cookie, result: Ok(()), .. } if cookie.0 == send)));
+    }
+    assert_eq!((a_got, b_got), (1, 1), "each fragment delivered once");
+    assert!(t < us(10_000), "settled in {} µs", t.0 / 1000);
+}
+
+#[test]
+fn more_refusals_than_an_ack_may_vouch_for_still_fail_every_put() {
+    // B's window is full when it refuses 100 PUTs (more than the 64 its ACKs may count in):
+    // whatever order things happen in, every PUT ends RemoteRefused, none Ok.
+    let ca = cfg(1, 100);
+    let mut cb = cfg(2, 200);
+    cb.window = 2;
+    let mut p = pair_with(ca, cb);
+    p.b.submit_send(us(0), p.ba, 5, vec![4; 1000], Cookie(900))
+        .unwrap();
+    p.b.submit_send(us(0), p.ba, 5, vec![4; 1000], Cookie(901))
+        .unwrap();
+    let from_b = tx(&mut p.b, us(0), Channel::Data);
+    assert_eq!(from_b.len(), 2);
+    for i in 0..100 {
+        p.a.submit_put(us(0), p.ab, 9, 0, vec![1; 100], Cookie(i))
+            .unwrap();
+    }
+    for d in tx(&mut p.a, us(0), Channel::Data) {
+        if let RxOutcome::Write { .. } = p.b.handle_datagram(us(10), Channel::Data, &d) {
+            p.b.refuse_write(us(10), p.ba);
+        }
+    }
+    assert!(
+        tx(&mut p.b, us(10), Channel::Priority).is_empty(),
+        "100 unsent refusals: ACK information withheld"
+    );
+    for d in from_b {
+        p.a.handle_datagram(us(20), Channel::Data, &d);
+    }
+    let mut t = us(20);
+    let mut done = Vec::new();
+    while t < us(100_000) && done.len() < 100 {
+        one_way(&mut p.a, &mut p.b, p.ba, t);
+        one_way(&mut p.b, &mut p.a, p.ab, t);
+        done.extend(events(&mut p.a).into_iter().filter_map(|e| match e {
+            Event::PutComplete { cookie, result, .. } => Some((cookie.0, result)),
+            _ => None,
+        }));
+        t = Instant(t.0 + 100_000);
+    }
+    done.sort_by_key(|d| d.0);
+    let want: Vec<_> = (0..100).map(|i| (i, Err(Failure::RemoteRefused))).collect();
+    assert_eq!(done, want);
 }
 
 #[test]

@@ -7,6 +7,7 @@
 //! of the minimum RTT, widened when a repair turns out to have been spurious). A segment is
 //! thus fast-repaired at most once per round trip.
 
+use super::tx::MAX_UNSENT_REFUSALS;
 use super::{finish_op, Engine};
 use crate::proto::api::*;
 use crate::proto::peer::{HeldPut, Peer};
@@ -32,8 +33,9 @@ impl Engine {
             return;
         }
         // No genuine sender is more than a window ahead of what we have received (it only
-        // sends what our acknowledgements let into its window): a forgery.
-        if ext_diff(ack.snd_next, p.rw.next()) > MAX_WINDOW as i32 {
+        // sends what our acknowledgements let into its window), plus the refusals it has
+        // queued but not sequenced yet: a forgery.
+        if ext_diff(ack.snd_next, p.rw.next()) > (MAX_WINDOW as u32 + MAX_UNSENT_REFUSALS) as i32 {
             self.stats.old_acks += 1;
             return;
         }

@@ -67,7 +67,7 @@ impl Engine {
                 continue;
             };
             p.in_ack_list = false;
-            if p.failed || !p.ack_due || p.refusals_unsent > 0 {
+            if p.failed || !p.ack_due || p.refusals_unsent > MAX_UNSENT_REFUSALS {
                 // (Held ACK information leaves on the refusal itself.)
                 continue;
             }
@@ -117,6 +117,12 @@ impl Engine {
                 p.in_data_ready = false;
             }
             if p.failed || !p.sw.is_open() {
+                continue;
+            }
+            if prio && p.refusals_unsent > 0 {
+                // The refusals (first in the data queue) must take the next sequence numbers:
+                // that is what the barrier in our ACKs promises. The data channel sending
+                // them puts this peer back in the ready lists.
                 continue;
             }
             let q = if prio { &mut p.prio_q } else { &mut p.data_q };
@@ -227,11 +233,21 @@ impl Engine {
     }
 }
 
+/// Refusals queued but not yet sequenced that an ACK can still vouch for (see `ack_info`).
+/// More than this under a flood of forged PUTs, and ACK information is held until the backlog
+/// drains: a peer cannot tell a barrier further ahead from a forged ACK.
+pub(super) const MAX_UNSENT_REFUSALS: u32 = 64;
+
+/// `snd_next` is the ACK barrier (docs/wire.md 7): the origin of a PUT holds it complete until
+/// it has received everything below it. Refusals not yet given a sequence number will take
+/// the next ones (they are first in line, before any new segment on either channel), so they
+/// are counted in: an ACK need not wait for them, and two peers refusing each other's PUTs
+/// with full windows cannot both withhold the ACKs that would open them.
 fn ack_info(p: &Peer) -> AckInfo {
     AckInfo {
         cum: p.rw.cum(),
         sack: p.rw.sack_word(0) as u32,
-        snd_next: p.sw.next_ext,
+        snd_next: p.sw.next_ext.wrapping_add(p.refusals_unsent),
     }
 }
 
@@ -254,7 +270,7 @@ fn emit_segment(
     h.src = local_id;
     h.key = p.info.remote_key;
     h.payload_len = rec.len as u16;
-    let hold = p.refusals_unsent > 0;
+    let hold = p.refusals_unsent > MAX_UNSENT_REFUSALS;
     h.ack = if hold { None } else { Some(ack_info(p)) };
     match op.kind {
         OpKind::Send { tag, chunked } => {
