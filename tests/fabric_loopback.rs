@@ -386,3 +386,33 @@ fn registration_and_prefix_paths_work_when_a_provider_asks() {
         }
     }
 }
+
+#[test]
+fn gathered_send_arrives_as_one_datagram() {
+    let cfg = lo_cfg();
+    let dev = lo(&cfg);
+    let mut a = Module::open(&dev, &cfg).unwrap();
+    let mut b = Module::open(&dev, &cfg).unwrap();
+    let to_b = a.insert_peer(&b.local_address()).unwrap();
+    assert!(a.can_gather(Channel::Data), "udp gathers (iov_limit 4)");
+    let mtu = a.channel_mtu(Channel::Data);
+    for (head, p, q) in [(40, 5000, 0), (56, 0, 100), (40, 30_000, mtu - 30_040)] {
+        let d = pattern(head + p + q, 3);
+        let (id, buf) = a.tx_buffer(Channel::Data).unwrap();
+        buf[..head].copy_from_slice(&d[..head]);
+        let body = [&d[head..head + p], &d[head + p..]];
+        a.post_send_gather(Channel::Data, id, head, body, &to_b)
+            .expect("post_send_gather");
+        expect_datagram(&mut b, Channel::Data, &d);
+    }
+    // One byte over the MTU is refused before libfabric, and the buffer stays the caller's.
+    let big = pattern(mtu, 1);
+    let (id, _) = a.tx_buffer(Channel::Data).unwrap();
+    let e = a
+        .post_send_gather(Channel::Data, id, 1, [&big, &[]], &to_b)
+        .unwrap_err();
+    assert!(e.to_string().contains("MTU"), "{e}");
+    a.release_tx(Channel::Data, id);
+    drain_sends(&mut a);
+    assert_eq!(a.tx_available(Channel::Data), a.tx_capacity(Channel::Data));
+}

@@ -70,6 +70,8 @@ pub(crate) struct ChannelRes {
     tx_desc: *mut c_void,
     /// `FI_MSG_PREFIX` bytes reserved before every payload (0 for `udp`).
     prefix: usize,
+    /// The provider's `tx_attr.iov_limit`: buffers one `fi_sendv` may gather.
+    iov_limit: usize,
     pub(crate) mtu: usize,
     /// The endpoint's bound address (network-order fields, as from getsockname).
     pub(crate) name: libc::sockaddr_in,
@@ -107,12 +109,14 @@ impl ChannelRes {
             .ok_or_else(|| FabricError::invalid("fi_cq_open", "returned NULL"))?;
 
         let mut info = dev_info.clone();
+        let iov_limit;
         {
             let i = info.get_mut();
             // SAFETY: entries from fi_getinfo/fi_dupinfo have tx_attr and rx_attr allocated.
             unsafe {
                 (*i.tx_attr).size = sizes.sd;
                 (*i.rx_attr).size = sizes.rd;
+                iov_limit = (*i.tx_attr).iov_limit;
             }
         }
         let mut ep: *mut sys::fid_ep = std::ptr::null_mut();
@@ -196,6 +200,7 @@ impl ChannelRes {
             rx_desc,
             tx_desc,
             prefix,
+            iov_limit,
             mtu: sizes.mtu,
             name,
             socket_buffers,
@@ -248,6 +253,13 @@ impl ChannelRes {
         }
     }
 
+    /// The bytes of lent send buffer `buf` again (as `tx_buffer` gave them).
+    pub(crate) fn lent_bytes(&mut self, buf: BufId) -> Result<&mut [u8], FabricError> {
+        let i = self.lent_tx(buf)?;
+        let (prefix, mtu) = (self.prefix, self.mtu);
+        Ok(self.tx.slice_mut(i, prefix, mtu))
+    }
+
     pub(crate) fn release_tx(&mut self, buf: BufId) {
         match self.lent_tx(buf) {
             Ok(i) => {
@@ -266,6 +278,17 @@ impl ChannelRes {
     ) -> Result<(), FabricError> {
         let i = self.checked_tx(buf, len)?;
         self.send_index(i, len, to)
+    }
+
+    pub(crate) fn post_send_gather(
+        &mut self,
+        buf: BufId,
+        len: usize,
+        body: [&[u8]; 2],
+        to: sys::fi_addr_t,
+    ) -> Result<(), FabricError> {
+        let i = self.checked_tx(buf, len)?;
+        self.send_gather(i, len, body, to)
     }
 
     /// The index of lent send buffer `buf` if `len` bytes of it may be sent.
@@ -308,6 +331,70 @@ impl ChannelRes {
                 "fi_send",
                 ret,
                 format_args!("{len} bytes to fi_addr {to}"),
+            ));
+        }
+        self.tx_state[i] = TxState::InFlight;
+        Ok(())
+    }
+
+    /// Whether `send_gather` may be used: the provider gathers three buffers, and needs no
+    /// registration (a body lies in memory we never registered).
+    pub(crate) fn can_gather(&self) -> bool {
+        self.iov_limit >= 3 && self._mrs.is_empty()
+    }
+
+    /// `fi_sendv` of the first `len` bytes of buffer `i` (checked by `checked_tx`) followed by
+    /// `body`, as one datagram of at most the MTU. Only where `can_gather`.
+    pub(crate) fn send_gather(
+        &mut self,
+        i: usize,
+        len: usize,
+        body: [&[u8]; 2],
+        to: sys::fi_addr_t,
+    ) -> Result<(), FabricError> {
+        let total = len + body[0].len() + body[1].len();
+        if total > self.mtu || !self.can_gather() {
+            return Err(FabricError {
+                call: "post_send_gather",
+                code: sys::FI_EMSGSIZE as i32,
+                message: format!(
+                    "gathered datagram of {total} bytes (MTU {}, iov_limit {})",
+                    self.mtu, self.iov_limit
+                ),
+            });
+        }
+        let mut iov = [sys::iovec {
+            iov_base: self.tx.at(i).cast(),
+            iov_len: self.prefix + len,
+        }; 3];
+        let mut count = 1;
+        for piece in body.iter().filter(|p| !p.is_empty()) {
+            iov[count] = sys::iovec {
+                iov_base: piece.as_ptr() as *mut c_void,
+                iov_len: piece.len(),
+            };
+            count += 1;
+        }
+        // SAFETY: buffer i is lent (not posted), lives in tx which outlives the ep; the body
+        // slices are borrowed for this call, and the provider is done with every buffer when
+        // it returns (udp sends synchronously inside fi_sendv and writes the completion
+        // there, see fabric/mod.rs; `can_gather` excludes registration-requiring providers).
+        // The iovecs are only read; the context is a tag, never dereferenced.
+        let ret = unsafe {
+            sys::sendv(
+                self.ep.ptr(),
+                iov.as_ptr(),
+                std::ptr::null_mut(),
+                count,
+                to,
+                context(i, false),
+            )
+        };
+        if ret < 0 {
+            return Err(FabricError::with_detail(
+                "fi_sendv",
+                ret,
+                format_args!("{total} bytes to fi_addr {to}"),
             ));
         }
         self.tx_state[i] = TxState::InFlight;

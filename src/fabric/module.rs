@@ -403,6 +403,11 @@ impl Module {
         self.channels[ch(c)].tx_buffer()
     }
 
+    /// The bytes of a send buffer obtained from `tx_buffer` and not yet sent.
+    pub fn tx_bytes(&mut self, c: Channel, buf: BufId) -> Result<&mut [u8], FabricError> {
+        self.channels[ch(c)].lent_bytes(buf)
+    }
+
     /// Give back a send buffer obtained from `tx_buffer` without sending it.
     pub fn release_tx(&mut self, c: Channel, buf: BufId) {
         self.channels[ch(c)].release_tx(buf)
@@ -431,6 +436,32 @@ impl Module {
             );
         }
         self.channels[ch(c)].post_send(buf, len, to.fi_addr(c))
+    }
+
+    /// Whether `post_send_gather` works on channel `c`: the provider gathers, needs no
+    /// registration, and no fault injector is set (it holds and copies whole buffers).
+    pub fn can_gather(&self, c: Channel) -> bool {
+        self.faults.is_none() && self.channels[ch(c)].can_gather()
+    }
+
+    /// `post_send` of the first `len` bytes of `buf` followed by `body`, without copying the
+    /// body (sent before this returns); only where `can_gather(c)`, else refused with
+    /// `FI_EMSGSIZE` like a datagram longer than the MTU. Same `Err` contract as `post_send`.
+    pub fn post_send_gather(
+        &mut self,
+        c: Channel,
+        buf: BufId,
+        len: usize,
+        body: [&[u8]; 2],
+        to: &PeerAddr,
+    ) -> Result<(), FabricError> {
+        if self.faults.is_some() {
+            return Err(FabricError::invalid(
+                "post_send_gather",
+                "not with the fault injector set",
+            ));
+        }
+        self.channels[ch(c)].post_send_gather(buf, len, body, to.fi_addr(c))
     }
 
     /// Inject faults from now on (see `fault.rs` for the exact semantics); an all-zero

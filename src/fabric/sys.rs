@@ -139,6 +139,18 @@ pub unsafe fn send(
     op!((*ep).msg, send(ep, buf, len, desc, dest, ctx))
 }
 
+/// `fi_sendv(ep, iov, desc, count, dest_addr, context)`.
+pub unsafe fn sendv(
+    ep: *mut fid_ep,
+    iov: *const iovec,
+    desc: *mut *mut c_void,
+    count: usize,
+    dest: fi_addr_t,
+    ctx: *mut c_void,
+) -> i64 {
+    op!((*ep).msg, sendv(ep, iov, desc, count, dest, ctx))
+}
+
 /// `fi_recvmsg(ep, msg, flags)`.
 pub unsafe fn recvmsg(ep: *mut fid_ep, msg: *const fi_msg, flags: u64) -> i64 {
     op!((*ep).msg, recvmsg(ep, msg, flags))

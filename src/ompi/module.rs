@@ -7,7 +7,9 @@
 use std::cell::{Cell, RefCell};
 
 use crate::fabric::{self, BufId, Completion, Op, PeerAddr};
-use crate::proto::{Channel, Cookie, Engine, Event, Failure, Instant, PeerId, RxOutcome, Stats};
+use crate::proto::{
+    Body, Channel, Cookie, Engine, Event, Failure, Instant, PeerId, RxOutcome, Stats,
+};
 
 use super::endpoint::Endpoint;
 use super::frag::{Frag, FragPool};
@@ -20,6 +22,9 @@ use super::sys;
 
 /// Completions read per channel per progress call (the original reads up to 500).
 const CQ_BATCH: usize = 64;
+/// Segment payloads at least this long are sent from where they lie (`fi_sendv` of header
+/// and payload) instead of being copied behind the header first.
+const GATHER_MIN: usize = 4096;
 /// Cookies with this bit are inline sends (no descriptor): counted, never called back.
 const INLINE_COOKIE: u64 = 1 << 63;
 /// A module without peers is polled on every this many progress calls only (each poll of the
@@ -383,32 +388,88 @@ impl ModuleState {
                     continue;
                 }
             }
+            let gather_min = if self.fabric.can_gather(ch) {
+                GATHER_MIN
+            } else {
+                usize::MAX
+            };
             while let Some((buf, bytes)) = self.fabric.tx_buffer(ch) {
-                let Some(t) = self.engine.poll_transmit(now, ch, bytes) else {
+                let Some(t) = self.engine.poll_transmit_gather(now, ch, bytes, gather_min) else {
                     self.fabric.release_tx(ch, buf);
                     break;
                 };
-                if !self.send_one(ch, buf, t.len, t.peer) {
+                let sent = match t.body {
+                    Some(body) => self.send_gathered(ch, buf, t.len, body, t.peer),
+                    None => self.send_one(ch, buf, t.len, t.peer),
+                };
+                if !sent {
                     break;
                 }
             }
         }
     }
 
-    /// Post one datagram; false when the fabric is busy (kept for retry).
-    fn send_one(&mut self, ch: Channel, buf: BufId, len: usize, peer: PeerId) -> bool {
+    /// Where datagrams to `peer` go; `None` (buffer and credit given back) when the peer was
+    /// removed after the core queued the datagram.
+    fn destination(&mut self, ch: Channel, buf: BufId, peer: PeerId) -> Option<PeerAddr> {
         let addr = self
             .peers
             .get(peer.0 as usize)
             .and_then(|s| s.as_ref())
             .map(|s| s.addr);
-        let Some(addr) = addr else {
-            // The peer was removed after the core queued it: drop, return the credit.
+        if addr.is_none() {
             self.fabric.release_tx(ch, buf);
             self.engine.handle_send_complete(ch);
+        }
+        addr
+    }
+
+    /// Post one datagram; false when the fabric is busy (kept for retry).
+    fn send_one(&mut self, ch: Channel, buf: BufId, len: usize, peer: PeerId) -> bool {
+        let Some(addr) = self.destination(ch, buf, peer) else {
             return true;
         };
-        match self.fabric.post_send(ch, buf, len, &addr) {
+        let r = self.fabric.post_send(ch, buf, len, &addr);
+        self.sent(ch, buf, len, peer, r)
+    }
+
+    /// Post a header in `buf` and a payload the core leaves in place (`Transmit::body`).
+    fn send_gathered(
+        &mut self,
+        ch: Channel,
+        buf: BufId,
+        len: usize,
+        body: Body,
+        peer: PeerId,
+    ) -> bool {
+        let Some(addr) = self.destination(ch, buf, peer) else {
+            return true;
+        };
+        let pieces = self.engine.body(&body);
+        let r = self.fabric.post_send_gather(ch, buf, len, pieces, &addr);
+        if matches!(&r, Err(e) if e.is_would_block()) {
+            // Kept for retry as a plain datagram: the body is valid only until the core
+            // changes, so it is copied behind the header now.
+            let whole = len + pieces[0].len() + pieces[1].len();
+            if let Ok(bytes) = self.fabric.tx_bytes(ch, buf) {
+                bytes[len..len + pieces[0].len()].copy_from_slice(pieces[0]);
+                bytes[len + pieces[0].len()..whole].copy_from_slice(pieces[1]);
+            }
+            return self.sent(ch, buf, whole, peer, r);
+        }
+        self.sent(ch, buf, len, peer, r)
+    }
+
+    /// Account for one post: busy keeps it for retry (false), a failure is a loss.
+    fn sent(
+        &mut self,
+        ch: Channel,
+        buf: BufId,
+        len: usize,
+        peer: PeerId,
+        r: Result<(), fabric::FabricError>,
+    ) -> bool {
+        match r {
             Ok(()) => true,
             Err(e) if e.is_would_block() => {
                 self.pending_tx[ch as usize] = Some((buf, len, peer));

@@ -238,11 +238,31 @@ pub enum RxOutcome {
 }
 
 /// One datagram the core wants sent: bytes are `buf[..len]` of the buffer given to
-/// `poll_transmit`, to be sent on that channel to `peer`.
+/// `poll_transmit`, followed by the `body` if there is one, to be sent on that channel to
+/// `peer`.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct Transmit {
     pub peer: PeerId,
     pub len: usize,
+    /// Payload left where it is (`Engine::poll_transmit_gather`); read it with `Engine::body`.
+    pub body: Option<Body>,
+}
+
+impl Transmit {
+    /// Length of the whole datagram.
+    pub fn datagram_len(&self) -> usize {
+        self.len + self.body.map_or(0, |b| b.len as usize)
+    }
+}
+
+/// Where the payload of a gathered transmit lies: a range of one operation's bytes. Valid
+/// until the next call that changes the engine.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Body {
+    pub(crate) peer: u32,
+    pub(crate) op: u32,
+    pub(crate) off: u32,
+    pub(crate) len: u32,
 }
 
 /// Counters, readable at any time; monotonic.

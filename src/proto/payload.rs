@@ -34,26 +34,26 @@ impl Payload {
         self.len() == 0
     }
 
-    /// Copies `dst.len()` bytes starting at byte `off` into `dst` (the range must lie inside).
-    pub fn copy_to(&self, off: usize, dst: &mut [u8]) {
-        let end = off + dst.len();
+    /// Bytes `off..off + len` as at most two slices laid end to end (the range must lie
+    /// inside).
+    pub fn slices(&self, off: usize, len: usize) -> [&[u8]; 2] {
         match self {
-            Payload::Owned(v) => dst.copy_from_slice(&v[off..end]),
+            Payload::Owned(v) => [&v[off..off + len], &[]],
             Payload::Lent(l) => {
                 let [a, b] = l.pieces();
-                let mut at = 0;
-                if off < a.len() {
-                    let k = (a.len() - off).min(dst.len());
-                    dst[..k].copy_from_slice(&a[off..off + k]);
-                    at = k;
-                }
-                if at < dst.len() {
-                    let from = off + at - a.len();
-                    let k = dst.len() - at;
-                    dst[at..].copy_from_slice(&b[from..from + k]);
-                }
+                let in_a = a.len().saturating_sub(off).min(len);
+                let a_part = &a[a.len().min(off)..][..in_a];
+                let from = (off + in_a) - a.len().min(off + in_a);
+                [a_part, &b[from..from + (len - in_a)]]
             }
         }
+    }
+
+    /// Copies `dst.len()` bytes starting at byte `off` into `dst` (the range must lie inside).
+    pub fn copy_to(&self, off: usize, dst: &mut [u8]) {
+        let [a, b] = self.slices(off, dst.len());
+        dst[..a.len()].copy_from_slice(a);
+        dst[a.len()..].copy_from_slice(b);
     }
 
     /// The buffer behind owned bytes (for reuse); lent bytes go back to nobody.

@@ -56,6 +56,8 @@ pub struct Engine {
     spares: Spares,
     /// Expired segments waiting for the next timeout (scratch of `handle_timeout`).
     rearm: Vec<super::seq::Seq>,
+    /// Payloads at least this long are left in place (the current `poll_transmit_gather`).
+    gather_min: usize,
 }
 
 impl Engine {
@@ -77,6 +79,7 @@ impl Engine {
             last_write: None,
             spares: Spares::default(),
             rearm: Vec::new(),
+            gather_min: usize::MAX,
         })
     }
 

@@ -20,6 +20,21 @@ impl Engine {
         channel: Channel,
         buf: &mut [u8],
     ) -> Option<Transmit> {
+        self.poll_transmit_gather(now, channel, buf, usize::MAX)
+    }
+
+    /// `poll_transmit`, except that a segment payload of at least `gather_min` bytes is not
+    /// copied into `buf`: `buf[..len]` then holds the header and `Transmit::body` says where
+    /// the payload is (`Engine::body`), for an edge that sends from several buffers at once
+    /// and so spares a copy of every large segment.
+    pub fn poll_transmit_gather(
+        &mut self,
+        now: Instant,
+        channel: Channel,
+        buf: &mut [u8],
+        gather_min: usize,
+    ) -> Option<Transmit> {
+        self.gather_min = gather_min;
         self.commit_write();
         self.touch(now);
         let need = match channel {
@@ -47,8 +62,21 @@ impl Engine {
         }?;
         self.credits[channel as usize] -= 1;
         self.stats.sends += 1;
-        self.stats.bytes_sent += t.len as u64;
+        self.stats.bytes_sent += t.datagram_len() as u64;
         Some(t)
+    }
+
+    /// The payload of a gathered transmit, as at most two slices laid end to end; empty if
+    /// the engine has changed since (the segment's operation is gone).
+    pub fn body(&self, b: &Body) -> [&[u8]; 2] {
+        self.peers
+            .get(b.peer as usize)
+            .and_then(|p| p.as_ref())
+            .and_then(|p| p.ops.get(b.op))
+            .filter(|op| (b.off as usize + b.len as usize) <= op.data.len())
+            .map_or([&[], &[]], |op| {
+                op.data.slices(b.off as usize, b.len as usize)
+            })
     }
 
     fn has_work(&self, channel: Channel) -> bool {
@@ -94,6 +122,7 @@ impl Engine {
             return Some(Transmit {
                 peer: PeerId(pid),
                 len: n + nbytes,
+                body: None,
             });
         }
         None
@@ -166,7 +195,15 @@ impl Engine {
             if kind == Kind::PutRefuse {
                 p.refusals_unsent = p.refusals_unsent.saturating_sub(1);
             }
-            let n = emit_segment(p, self.cfg.local_id, seq, &rec, buf, &mut self.stats);
+            let (n, body) = emit_segment(
+                p,
+                (pid, self.cfg.local_id),
+                seq,
+                &rec,
+                buf,
+                self.gather_min,
+                &mut self.stats,
+            );
             if kind == Kind::Frag {
                 self.stats.frag_sends += 1;
             } else {
@@ -176,6 +213,7 @@ impl Engine {
             return Some(Transmit {
                 peer: PeerId(pid),
                 len: n,
+                body,
             });
         }
     }
@@ -215,7 +253,15 @@ impl Engine {
                 r.prio = false;
                 r.room = room;
                 let rec = *r;
-                let n = emit_segment(p, self.cfg.local_id, s, &rec, buf, &mut self.stats);
+                let (n, body) = emit_segment(
+                    p,
+                    (pid, self.cfg.local_id),
+                    s,
+                    &rec,
+                    buf,
+                    self.gather_min,
+                    &mut self.stats,
+                );
                 if rec.fast {
                     self.stats.resends_fast += 1;
                 } else {
@@ -226,6 +272,7 @@ impl Engine {
                 return Some(Transmit {
                     peer: PeerId(pid),
                     len: n,
+                    body,
                 });
             }
         }
@@ -252,15 +299,17 @@ fn ack_info(p: &Peer) -> AckInfo {
 }
 
 /// Writes segment `seq` (a first transmission or a resend) into `buf`, with the current
-/// acknowledgement piggy-backed (which cancels an owed standalone ACK).
+/// acknowledgement piggy-backed (which cancels an owed standalone ACK). A payload of
+/// `gather_min` bytes or more stays where it is: returned as the body instead of copied.
 fn emit_segment(
     p: &mut Peer,
-    local_id: u64,
+    (pid, local_id): (u32, u64),
     seq: Seq,
     rec: &SegRec,
     buf: &mut [u8],
+    gather_min: usize,
     stats: &mut Stats,
-) -> usize {
+) -> (usize, Option<Body>) {
     let op = p
         .ops
         .get(rec.op)
@@ -303,7 +352,17 @@ fn emit_segment(
     }
     let n = h.emit(buf);
     let (o, l) = (rec.off as usize, rec.len as usize);
-    op.data.copy_to(o, &mut buf[n..n + l]);
+    let body = if l >= gather_min {
+        Some(Body {
+            peer: pid,
+            op: rec.op,
+            off: rec.off,
+            len: rec.len,
+        })
+    } else {
+        op.data.copy_to(o, &mut buf[n..n + l]);
+        None
+    };
     // An ACK riding a data-channel segment queues at the peer behind everything still in
     // flight on that channel; with a backlog that is longer than the peer's timeout (4 MiB of
     // 64 KiB datagrams take a millisecond to read), so the standalone ACK stays due.
@@ -312,7 +371,10 @@ fn emit_segment(
         p.ack_due = false;
         stats.acks_piggybacked += 1;
     }
-    n + l
+    match body {
+        Some(_) => (n, body),
+        None => (n + l, None),
+    }
 }
 
 /// Data segments in flight to a peer beyond which an ACK piggy-backed on the data channel
