@@ -127,7 +127,19 @@ fn run_workload(sc: SimConfig, seed: u64, n: usize) -> Sim {
     );
     for node in &s.nodes {
         assert!(node.failures.is_empty(), "seed {seed}: {:?}", node.failures);
+        assert!(
+            node.held.is_empty(),
+            "seed {seed}: {} kept datagrams never delivered",
+            node.held.len()
+        );
     }
+    // Node 0 keeps chunks where they arrive (Config::max_held), node 1 copies them.
+    assert!(
+        s.nodes[0].held_used > 0 && s.nodes[1].held_used == 0,
+        "seed {seed}: kept pieces delivered {} / {}",
+        s.nodes[0].held_used,
+        s.nodes[1].held_used
+    );
     // Puts: every byte of the target region equals what was put there.
     for p in &plan {
         if let Plan::Put { from, id, off, len } = *p {

@@ -310,6 +310,11 @@ impl Module {
         self.channels[ch(c)].socket_buffers
     }
 
+    /// Number of receive buffers of channel `ch` (posted, or lent to the caller).
+    pub fn rx_buffers(&self, c: Channel) -> usize {
+        self.channels[ch(c)].rx_count()
+    }
+
     /// Number of send buffers of channel `ch` (= its send credits).
     pub fn tx_capacity(&self, c: Channel) -> usize {
         self.channels[ch(c)].tx_capacity()

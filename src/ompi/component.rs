@@ -266,6 +266,8 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
         ec.local_key = random_u64();
         ec.isn = random_u64() as u16;
         ec.rx_window = fab.rx_capacity(Channel::Data) as u32;
+        // Half the data channel's receive buffers may wait in fragments being reassembled.
+        ec.max_held = (fab.rx_buffers(Channel::Data) / 2) as u32;
         let entry = ModexEntry {
             id: ec.local_id,
             key: ec.local_key,

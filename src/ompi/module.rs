@@ -8,7 +8,7 @@ use std::cell::{Cell, RefCell};
 
 use crate::fabric::{self, BufId, Completion, Op, PeerAddr};
 use crate::proto::{
-    Body, Channel, Cookie, Engine, Event, Failure, Instant, PeerId, RxOutcome, Stats,
+    Body, Channel, Cookie, Engine, Event, Failure, Instant, PeerId, Piece, RxOutcome, Stats,
 };
 
 use super::endpoint::Endpoint;
@@ -85,6 +85,13 @@ pub enum Upcall {
     },
     /// A reassembled fragment.
     DeliverOwned { data: Vec<u8>, tag: u8 },
+    /// A fragment left in the receive buffers its chunks arrived in (reposted after the
+    /// callback), or partly in bytes of its own.
+    DeliverPieces {
+        pieces: Vec<Piece>,
+        len: usize,
+        tag: u8,
+    },
     /// A descriptor's send is complete (or failed).
     SendDone { frag: *mut Frag, status: i32 },
     /// The core gave up on a peer.
@@ -235,6 +242,15 @@ impl ModuleState {
         while let Some(ev) = self.engine.poll_event() {
             match ev {
                 Event::Deliver { tag, data, .. } => out.push(Upcall::DeliverOwned { data, tag }),
+                Event::DeliverPieces {
+                    tag, len, pieces, ..
+                } => out.push(Upcall::DeliverPieces { pieces, len, tag }),
+                Event::Release { handles } => {
+                    for h in handles {
+                        let (ch, buf) = held_buffer(h);
+                        self.fabric.repost(ch, buf);
+                    }
+                }
                 Event::SendComplete { cookie, result, .. } => {
                     if cookie.0 & INLINE_COOKIE != 0 {
                         self.inline_done(cookie.0);
@@ -325,7 +341,15 @@ impl ModuleState {
         match c {
             Completion::Recv { buf, len } => {
                 let datagram = self.fabric.rx_bytes(ch, buf, len);
-                match self.engine.handle_datagram(now, ch, datagram) {
+                let outcome = if ch == Channel::Data {
+                    self.engine
+                        .handle_datagram_held(now, ch, datagram, held_handle(ch, buf))
+                } else {
+                    self.engine.handle_datagram(now, ch, datagram)
+                };
+                match outcome {
+                    // Stays out of the fabric until the core names it again.
+                    RxOutcome::Held => {}
                     RxOutcome::Deliver { tag, payload, .. } if payload.end <= len => {
                         // SAFETY: rx_ptr is the start of the buffer's `len` received bytes and
                         // `payload` lies inside them; the buffer stays ours (not reposted) until
@@ -608,6 +632,16 @@ impl ModuleCell {
                     // The PML copied what it needed during its callback.
                     self.state.borrow_mut().engine.recycle(data);
                 }
+                Upcall::DeliverPieces { pieces, len, tag } => {
+                    self.deliver_pieces(tag, &pieces, len);
+                    let mut st = self.state.borrow_mut();
+                    for p in pieces {
+                        match p {
+                            Piece::Held { handle, .. } => reposts.push(held_buffer(handle)),
+                            Piece::Owned(v) => st.engine.recycle(v),
+                        }
+                    }
+                }
                 Upcall::SendDone { frag, status } => self.complete_send(frag, status),
                 Upcall::PeerFailed { endpoint } => self.peer_failed(endpoint),
                 Upcall::RdmaDone { op, status } => super::rdma::complete(self, op, status),
@@ -619,6 +653,39 @@ impl ModuleCell {
         }
         // Callbacks may have queued sends (their own transmit already ran), and ACKs may be owed.
         st.transmit(crate::fabric::now());
+    }
+
+    /// One descriptor whose segments are the pieces where they lie; more pieces than a
+    /// descriptor carries are copied into one buffer first.
+    fn deliver_pieces(&self, tag: u8, pieces: &[Piece], len: usize) {
+        let segs: Vec<(*mut u8, usize)> = {
+            let st = self.state.borrow();
+            pieces
+                .iter()
+                .map(|p| match p {
+                    Piece::Held { handle, range } => {
+                        let (ch, buf) = held_buffer(*handle);
+                        (
+                            st.fabric.rx_ptr(ch, buf).wrapping_add(range.start),
+                            range.len(),
+                        )
+                    }
+                    Piece::Owned(v) => (v.as_ptr() as *mut u8, v.len()),
+                })
+                .collect()
+        };
+        if segs.len() <= sys::MCA_BTL_DES_MAX_SEGMENTS as usize {
+            deliver_segments(self.btl.get(), tag, &segs);
+            return;
+        }
+        let mut whole = self.state.borrow_mut().engine.spare_buffer(len);
+        for &(p, n) in &segs {
+            // SAFETY: each segment is `n` received bytes in a buffer the core kept (not
+            // reposted until after this delivery) or an owned piece alive in `pieces`.
+            whole.extend_from_slice(unsafe { core::slice::from_raw_parts(p, n) });
+        }
+        deliver(self.btl.get(), tag, whole.as_mut_ptr(), whole.len());
+        self.state.borrow_mut().engine.recycle(whole);
     }
 
     /// Tell the PML a descriptor's send finished, then free it if the BTL owns it.
@@ -687,20 +754,44 @@ impl ModuleCell {
 
 /// Hand `len` bytes at `data` to the active-message callback of `tag`, with a descriptor that
 /// lives on this stack frame (the PML may only read it during the callback).
+/// The handle by which the core names a kept receive buffer.
+fn held_handle(ch: Channel, buf: BufId) -> u64 {
+    ((ch as u64) << 32) | u64::from(buf.0)
+}
+
+fn held_buffer(handle: u64) -> (Channel, BufId) {
+    let ch = if handle >> 32 == Channel::Data as u64 {
+        Channel::Data
+    } else {
+        Channel::Priority
+    };
+    (ch, BufId(handle as u32))
+}
+
 fn deliver(btl: *mut sys::mca_btl_base_module_t, tag: u8, data: *mut u8, len: usize) {
+    deliver_segments(btl, tag, &[(data, len)]);
+}
+
+/// Hand the PML one received fragment made of `segs` (at most `MCA_BTL_DES_MAX_SEGMENTS`,
+/// the first holding the PML's header), each readable for its length.
+fn deliver_segments(btl: *mut sys::mca_btl_base_module_t, tag: u8, segs: &[(*mut u8, usize)]) {
+    const MAX: usize = sys::MCA_BTL_DES_MAX_SEGMENTS as usize;
     // SAFETY: plain C structs; zero is their valid initial state.
-    let mut seg: sys::mca_btl_base_segment_t = unsafe { core::mem::zeroed() };
-    seg.seg_addr.pval = data.cast();
-    seg.seg_len = len as u64;
+    let mut segments: [sys::mca_btl_base_segment_t; MAX] = unsafe { core::mem::zeroed() };
+    for (s, &(data, len)) in segments.iter_mut().zip(segs) {
+        s.seg_addr.pval = data.cast();
+        s.seg_len = len as u64;
+    }
     // SAFETY: as above.
     let mut des: sys::mca_btl_base_descriptor_t = unsafe { core::mem::zeroed() };
-    des.des_segments = &mut seg;
-    des.des_segment_count = 1;
+    des.des_segments = segments.as_mut_ptr();
+    des.des_segment_count = segs.len().min(MAX);
     des.order = sys::MCA_BTL_NO_ORDER as u8;
-    // SAFETY: the descriptor and segment outlive the call; `data` is readable for `len` bytes
-    // (a received datagram not yet reposted, or an owned Vec alive in the caller).
+    // SAFETY: the descriptor and segments outlive the call; each segment's bytes are readable
+    // (received datagrams not yet reposted, or owned buffers alive in the caller).
     let rc = unsafe { sys::usnic_shim_am_deliver(btl, tag, &mut des) };
     if rc != 0 {
+        let len: usize = segs.iter().map(|s| s.1).sum();
         log::error(&format!(
             "dropped a {len}-byte fragment with tag {tag:#x}: no PML callback registered for it"
         ));

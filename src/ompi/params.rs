@@ -377,6 +377,7 @@ impl Settings {
             local_key: 0,
             isn: 0,
             rx_window: 0,
+            max_held: 0,
         }
     }
 }

@@ -78,6 +78,9 @@ pub struct Config {
     /// receive queue and socket buffer hold); 0 = no limit. Peers keep no more than this in
     /// flight towards it, because what arrives beyond it is dropped by the kernel.
     pub rx_window: u32,
+    /// Receive buffers the core may keep (`Engine::handle_datagram_held`) for fragments being
+    /// reassembled, over all peers; 0 = reassembly always copies.
+    pub max_held: u32,
 }
 
 impl Default for Config {
@@ -98,6 +101,7 @@ impl Default for Config {
             local_key: 0,
             isn: 0,
             rx_window: 0,
+            max_held: 0,
         }
     }
 }
@@ -167,6 +171,18 @@ pub enum Event {
         tag: u8,
         data: Vec<u8>,
     },
+    /// A whole chunked fragment of `len` bytes whose chunks were kept where they arrived
+    /// (`Engine::handle_datagram_held`): its bytes are the pieces in order. Each held piece's
+    /// receive buffer is the edge's again once it is done with the fragment.
+    DeliverPieces {
+        peer: PeerId,
+        tag: u8,
+        len: usize,
+        pieces: Vec<Piece>,
+    },
+    /// Receive buffers kept for a fragment that will never complete (its peer was removed or
+    /// failed): the edge may reuse them.
+    Release { handles: Vec<u64> },
     /// Every byte of a `submit_send` was acknowledged (or failed).
     SendComplete {
         peer: PeerId,
@@ -212,11 +228,39 @@ pub enum DropReason {
     PeerFailed,
 }
 
+/// Some bytes of a fragment delivered by `Event::DeliverPieces`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Piece {
+    /// `datagram[range]` of the datagram the edge passed with `handle`, still in its buffer.
+    Held {
+        handle: u64,
+        range: core::ops::Range<usize>,
+    },
+    /// Bytes the core copied (a chunk that came without a handle).
+    Owned(Vec<u8>),
+}
+
+impl Piece {
+    pub fn len(&self) -> usize {
+        match self {
+            Piece::Held { range, .. } => range.len(),
+            Piece::Owned(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// What `handle_datagram` decided about one incoming datagram.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RxOutcome {
     /// Consumed by the core (an ACK, a chunk stored for reassembly, ...).
     Consumed,
+    /// Kept (`handle_datagram_held` only): the datagram's buffer stays unused by the edge
+    /// until an `Event::DeliverPieces` or `Event::Release` names its handle.
+    Held,
     Dropped(DropReason),
     /// A whole single-datagram fragment: hand `datagram[payload]` to the PML with `tag`,
     /// straight from the receive buffer.

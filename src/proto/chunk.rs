@@ -1,15 +1,42 @@
 //! Reassembly of chunked fragments on the receiving side: any arrival order, many at once.
 //! The sequence layer has already made every segment unique, so counting bytes suffices.
+//!
+//! A fragment is reassembled one of two ways, chosen at its first chunk: copied into one
+//! buffer, or (when the edge offers to let its receive buffers be kept, and the fragment
+//! needs few of them) as the list of the chunks where they arrived, so the PML reads them
+//! there and the bytes cross memory once less.
 
 use std::collections::HashMap;
+use std::ops::Range;
 
+use super::api::Piece;
 use super::spare::Spares;
 
+/// Most pieces a kept fragment may have: Open MPI's `MCA_BTL_DES_MAX_SEGMENTS`, the segments
+/// one descriptor can carry to the PML.
+pub const MAX_PIECES: usize = 16;
+
 #[derive(Debug)]
-pub struct Reassembly {
-    pub tag: u8,
-    pub buf: Vec<u8>,
-    pub got: u32,
+enum Store {
+    Copied(Vec<u8>),
+    /// Pieces by offset.
+    Pieces(Vec<(u32, Piece)>),
+}
+
+#[derive(Debug)]
+struct Reassembly {
+    tag: u8,
+    total: u32,
+    got: u32,
+    store: Store,
+}
+
+/// A fragment this chunk completed.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Whole {
+    Copied(u8, Vec<u8>),
+    /// Tag, length, pieces in order, and how many of them were held.
+    Pieces(u8, usize, Vec<Piece>, u32),
 }
 
 #[derive(Debug, Default)]
@@ -21,13 +48,16 @@ impl Reassembler {
     /// Whether a chunk (id, tag, total) is consistent with what was seen of that fragment.
     pub fn consistent(&self, id: u32, tag: u8, total: u32) -> bool {
         match self.frags.get(&id) {
-            Some(r) => r.tag == tag && r.buf.len() == total as usize,
+            Some(r) => r.tag == tag && r.total == total,
             None => true,
         }
     }
 
-    /// Stores one chunk (validated by `wire::parse`: offset + len <= total). Returns the whole
-    /// fragment when this chunk completed it.
+    /// Stores one chunk (validated by `wire::parse`: offset + len <= total). `hold` offers to
+    /// keep the datagram (its handle, and where `data` lies in it) instead of copying;
+    /// `budget` is how many more buffers may be kept. Returns whether the datagram was kept,
+    /// and the whole fragment when this chunk completed it.
+    #[allow(clippy::too_many_arguments)]
     pub fn add(
         &mut self,
         id: u32,
@@ -35,26 +65,207 @@ impl Reassembler {
         total: u32,
         offset: u32,
         data: &[u8],
+        hold: Option<(u64, Range<usize>)>,
+        budget: u32,
         spares: &mut Spares,
-    ) -> Option<(u8, Vec<u8>)> {
-        // Every byte of `buf` is overwritten by exactly one chunk before delivery (the sequence
-        // layer made chunks unique and `got` counts them), so a spare's old bytes never show.
-        let r = self.frags.entry(id).or_insert_with(|| Reassembly {
-            tag,
-            buf: spares.filled(total as usize),
-            got: 0,
+    ) -> (bool, Option<Whole>) {
+        let r = self.frags.entry(id).or_insert_with(|| {
+            // At most this many chunks (every chunk but the last is as long as the longest).
+            let pieces = (total as usize).div_ceil(data.len().max(1));
+            let keep = hold.is_some() && pieces <= MAX_PIECES && pieces as u32 <= budget;
+            Reassembly {
+                tag,
+                total,
+                got: 0,
+                // Every byte of a copy buffer is overwritten by exactly one chunk before
+                // delivery (the sequence layer made chunks unique and `got` counts them), so a
+                // spare's old bytes never show.
+                store: if keep {
+                    Store::Pieces(Vec::with_capacity(pieces))
+                } else {
+                    Store::Copied(spares.filled(total as usize))
+                },
+            }
         });
-        let o = offset as usize;
-        r.buf[o..o + data.len()].copy_from_slice(data);
-        r.got += data.len() as u32;
-        if r.got as usize >= r.buf.len() {
-            let r = self.frags.remove(&id)?;
-            return Some((r.tag, r.buf));
+        let mut held = false;
+        match &mut r.store {
+            Store::Copied(buf) => {
+                let o = offset as usize;
+                buf[o..o + data.len()].copy_from_slice(data);
+            }
+            Store::Pieces(pieces) => {
+                let piece = match hold {
+                    Some((handle, range)) if budget > 0 => {
+                        held = true;
+                        Piece::Held { handle, range }
+                    }
+                    _ => Piece::Owned(data.to_vec()),
+                };
+                pieces.push((offset, piece));
+            }
         }
-        None
+        r.got += data.len() as u32;
+        if r.got < r.total {
+            return (held, None);
+        }
+        let r = self.frags.remove(&id).expect("present");
+        let whole = match r.store {
+            Store::Copied(buf) => Whole::Copied(r.tag, buf),
+            Store::Pieces(mut pieces) => {
+                pieces.sort_unstable_by_key(|p| p.0);
+                let n = pieces
+                    .iter()
+                    .filter(|p| matches!(p.1, Piece::Held { .. }))
+                    .count() as u32;
+                let pieces = pieces.into_iter().map(|p| p.1).collect();
+                Whole::Pieces(r.tag, r.total as usize, pieces, n)
+            }
+        };
+        (held, Some(whole))
     }
 
-    pub fn clear(&mut self) {
-        self.frags.clear();
+    /// Forgets every fragment; returns the handles of the buffers that were kept.
+    pub fn clear(&mut self) -> Vec<u64> {
+        let mut handles = Vec::new();
+        for (_, r) in self.frags.drain() {
+            if let Store::Pieces(pieces) = r.store {
+                handles.extend(pieces.into_iter().filter_map(|p| match p.1 {
+                    Piece::Held { handle, .. } => Some(handle),
+                    Piece::Owned(_) => None,
+                }));
+            }
+        }
+        handles
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunks(total: usize, size: usize) -> Vec<(u32, Vec<u8>)> {
+        let whole: Vec<u8> = (0..total).map(|i| (i * 13 % 251) as u8).collect();
+        whole
+            .chunks(size)
+            .enumerate()
+            .map(|(k, c)| ((k * size) as u32, c.to_vec()))
+            .collect()
+    }
+
+    #[test]
+    fn kept_pieces_come_out_in_order() {
+        let mut r = Reassembler::default();
+        let mut spares = Spares::default();
+        let cs = chunks(1000, 300);
+        let order = [2, 0, 3, 1];
+        let mut last = None;
+        for (n, &k) in order.iter().enumerate() {
+            let (off, d) = &cs[k];
+            let (held, whole) = r.add(
+                7,
+                1,
+                1000,
+                *off,
+                d,
+                Some((k as u64, 40..40 + d.len())),
+                100,
+                &mut spares,
+            );
+            assert!(held);
+            assert_eq!(whole.is_some(), n == 3);
+            last = whole;
+        }
+        match last.unwrap() {
+            Whole::Pieces(1, 1000, pieces, 4) => {
+                let handles: Vec<_> = pieces
+                    .iter()
+                    .map(|p| match p {
+                        Piece::Held { handle, .. } => *handle,
+                        p => panic!("{p:?}"),
+                    })
+                    .collect();
+                assert_eq!(handles, [0, 1, 2, 3]);
+                assert_eq!(pieces.iter().map(Piece::len).sum::<usize>(), 1000);
+            }
+            w => panic!("{w:?}"),
+        }
+    }
+
+    #[test]
+    fn too_many_pieces_or_no_budget_copy_instead() {
+        let mut spares = Spares::default();
+        for (size, budget) in [(10, 1000), (300, 3)] {
+            let mut r = Reassembler::default();
+            let cs = chunks(1000, size);
+            let mut out = None;
+            for (k, (off, d)) in cs.iter().enumerate() {
+                let (held, w) = r.add(
+                    1,
+                    2,
+                    1000,
+                    *off,
+                    d,
+                    Some((k as u64, 0..d.len())),
+                    budget,
+                    &mut spares,
+                );
+                assert!(!held, "chunks of {size} with budget {budget}");
+                out = w;
+            }
+            let want: Vec<u8> = cs.iter().flat_map(|c| c.1.clone()).collect();
+            assert_eq!(out, Some(Whole::Copied(2, want)));
+        }
+    }
+
+    #[test]
+    fn chunk_without_handle_in_a_kept_fragment_is_copied_and_clear_releases() {
+        let mut r = Reassembler::default();
+        let mut spares = Spares::default();
+        let cs = chunks(900, 300);
+        assert!(
+            r.add(
+                3,
+                0,
+                900,
+                cs[0].0,
+                &cs[0].1,
+                Some((10, 0..300)),
+                10,
+                &mut spares
+            )
+            .0
+        );
+        assert!(!r.add(3, 0, 900, cs[1].0, &cs[1].1, None, 10, &mut spares).0);
+        assert!(
+            r.add(
+                4,
+                0,
+                900,
+                cs[0].0,
+                &cs[0].1,
+                Some((11, 0..300)),
+                10,
+                &mut spares
+            )
+            .0
+        );
+        let (_, w) = r.add(
+            3,
+            0,
+            900,
+            cs[2].0,
+            &cs[2].1,
+            Some((12, 0..300)),
+            10,
+            &mut spares,
+        );
+        match w.unwrap() {
+            Whole::Pieces(0, 900, p, 2) => {
+                assert_eq!(p[1], Piece::Owned(cs[1].1.clone()));
+            }
+            w => panic!("{w:?}"),
+        }
+        assert_eq!(r.clear(), vec![11], "fragment 4 was still open");
+        assert!(r.clear().is_empty());
     }
 }

@@ -123,6 +123,8 @@ impl SimConfig {
             c.window = window;
             c.data_credits = 64;
             c.priority_credits = 16;
+            // Node 0 lets the engine keep chunks where they arrived; node 1 has it copy.
+            c.max_held = if i == 0 { 64 } else { 0 };
         }
         SimConfig {
             links: [[link.clone(), link.clone()], [link.clone(), link]],
@@ -148,6 +150,11 @@ pub struct Node {
     pub failures: Vec<Event>,
     /// Refuse every GET request (for refusal tests).
     pub refuse_gets: bool,
+    /// Datagrams the engine kept (`RxOutcome::Held`), by handle.
+    pub held: BTreeMap<u64, Vec<u8>>,
+    /// Kept datagrams delivered as pieces.
+    pub held_used: u64,
+    next_handle: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -213,6 +220,9 @@ impl Sim {
                 delivered_bytes: 0,
                 failures: Vec::new(),
                 refuse_gets: false,
+                held: BTreeMap::new(),
+                held_used: 0,
+                next_handle: 1,
             }
         };
         Sim {
@@ -345,7 +355,12 @@ impl Sim {
     fn receive(&mut self, i: usize, ch: Channel, bytes: &[u8]) {
         let now = Instant(self.now);
         let n = &mut self.nodes[i];
-        match n.eng.handle_datagram(now, ch, bytes) {
+        let handle = n.next_handle;
+        n.next_handle += 1;
+        match n.eng.handle_datagram_held(now, ch, bytes, handle) {
+            RxOutcome::Held => {
+                n.held.insert(handle, bytes.to_vec());
+            }
             RxOutcome::Deliver { tag, payload, .. } => {
                 if !self.unchecked {
                     Self::deliver(n, tag, &bytes[payload]);
@@ -386,6 +401,32 @@ impl Sim {
         self.unchecked = false;
     }
 
+    /// The bytes of a fragment delivered in pieces; each kept datagram is used exactly once.
+    fn gather(n: &mut Node, len: usize, pieces: Vec<Piece>) -> Vec<u8> {
+        let mut data = Vec::with_capacity(len);
+        for p in pieces {
+            match p {
+                Piece::Held { handle, range } => {
+                    let d = n
+                        .held
+                        .remove(&handle)
+                        .unwrap_or_else(|| panic!("piece of unknown or reused handle {handle}"));
+                    data.extend_from_slice(&d[range]);
+                    n.held_used += 1;
+                }
+                Piece::Owned(v) => data.extend_from_slice(&v),
+            }
+        }
+        assert_eq!(data.len(), len, "pieces add up to the fragment");
+        data
+    }
+
+    fn release(n: &mut Node, handles: Vec<u64>) {
+        for h in handles {
+            assert!(n.held.remove(&h).is_some(), "release of unknown handle {h}");
+        }
+    }
+
     fn deliver(n: &mut Node, tag: u8, data: &[u8]) {
         let key = (tag, data.len(), fnv(data));
         match n.expect.get_mut(&key) {
@@ -403,8 +444,15 @@ impl Sim {
         let now = Instant(self.now);
         if self.unchecked {
             while let Some(ev) = self.nodes[i].eng.poll_event() {
-                if let Event::GetRequest { peer, request, .. } = ev {
-                    self.nodes[i].eng.answer_get(now, peer, request, Err(()));
+                match ev {
+                    Event::GetRequest { peer, request, .. } => {
+                        self.nodes[i].eng.answer_get(now, peer, request, Err(()));
+                    }
+                    Event::DeliverPieces { len, pieces, .. } => {
+                        Self::gather(&mut self.nodes[i], len, pieces);
+                    }
+                    Event::Release { handles } => Self::release(&mut self.nodes[i], handles),
+                    _ => {}
                 }
             }
             return;
@@ -413,6 +461,13 @@ impl Sim {
             let n = &mut self.nodes[i];
             match ev {
                 Event::Deliver { tag, ref data, .. } => Self::deliver(n, tag, data),
+                Event::DeliverPieces {
+                    tag, len, pieces, ..
+                } => {
+                    let data = Self::gather(n, len, pieces);
+                    Self::deliver(n, tag, &data)
+                }
+                Event::Release { handles } => Self::release(n, handles),
                 Event::SendComplete { cookie, result, .. }
                 | Event::PutComplete { cookie, result, .. }
                 | Event::GetComplete { cookie, result, .. } => {

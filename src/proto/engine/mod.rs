@@ -58,6 +58,8 @@ pub struct Engine {
     rearm: Vec<super::seq::Seq>,
     /// Payloads at least this long are left in place (the current `poll_transmit_gather`).
     gather_min: usize,
+    /// Receive buffers kept for reassembly now (at most `Config::max_held`).
+    held: u32,
 }
 
 impl Engine {
@@ -80,6 +82,7 @@ impl Engine {
             spares: Spares::default(),
             rearm: Vec::new(),
             gather_min: usize::MAX,
+            held: 0,
         })
     }
 
@@ -300,8 +303,12 @@ impl Engine {
         p.rack_deadline = None;
         p.ack_owed = false;
         p.ack_due = false;
-        p.reasm.clear();
+        let released = p.reasm.clear();
         p.get_requests.clear();
+        if !released.is_empty() {
+            self.held -= released.len() as u32;
+            self.events.push_back(Event::Release { handles: released });
+        }
         if matches!(&self.last_write, Some(LastWrite::Put { peer, .. } | LastWrite::Get { peer, .. }) if *peer == pid)
         {
             self.last_write = None;

@@ -2,6 +2,7 @@
 
 use super::{Engine, LastWrite};
 use crate::proto::api::*;
+use crate::proto::chunk::Whole;
 use crate::proto::window::recv::ext_diff;
 use crate::proto::window::Accept;
 use crate::proto::wire::{self, Kind};
@@ -12,8 +13,33 @@ impl Engine {
     pub fn handle_datagram(
         &mut self,
         now: Instant,
+        channel: Channel,
+        datagram: &[u8],
+    ) -> RxOutcome {
+        self.receive(now, channel, datagram, None)
+    }
+
+    /// `handle_datagram`, offering to keep the datagram where it is: a chunk of a fragment
+    /// being reassembled may be kept instead of copied (`RxOutcome::Held`, up to
+    /// `Config::max_held` buffers), and is named by `handle` when the fragment is delivered
+    /// (`Event::DeliverPieces`) or abandoned (`Event::Release`). The edge must leave the
+    /// datagram's bytes untouched until then.
+    pub fn handle_datagram_held(
+        &mut self,
+        now: Instant,
+        channel: Channel,
+        datagram: &[u8],
+        handle: u64,
+    ) -> RxOutcome {
+        self.receive(now, channel, datagram, Some(handle))
+    }
+
+    fn receive(
+        &mut self,
+        now: Instant,
         _channel: Channel,
         datagram: &[u8],
+        hold: Option<u64>,
     ) -> RxOutcome {
         self.commit_write();
         self.touch(now);
@@ -100,6 +126,7 @@ impl Engine {
             }
         }
 
+        let budget = self.cfg.max_held.saturating_sub(self.held);
         let p = self.peers[pid as usize].as_mut().expect("live");
         let plen = payload.len();
         match h.kind {
@@ -110,18 +137,42 @@ impl Engine {
                 payload,
             },
             Kind::Chunk => {
-                if let Some((tag, data)) = p.reasm.add(
+                let offer = hold.map(|handle| (handle, payload.clone()));
+                let (held, whole) = p.reasm.add(
                     h.id,
                     h.tag,
                     h.total,
                     h.offset,
                     &datagram[payload],
+                    offer,
+                    budget,
                     &mut self.spares,
-                ) {
-                    self.events.push_back(Event::Deliver { peer, tag, data });
+                );
+                if held {
+                    self.held += 1;
+                }
+                if let Some(whole) = whole {
+                    let ev = match whole {
+                        Whole::Copied(tag, data) => Event::Deliver { peer, tag, data },
+                        Whole::Pieces(tag, len, pieces, n) => {
+                            // Handed to the edge with the event.
+                            self.held -= n;
+                            Event::DeliverPieces {
+                                peer,
+                                tag,
+                                len,
+                                pieces,
+                            }
+                        }
+                    };
+                    self.events.push_back(ev);
                     self.ack_now(pid);
                 }
-                RxOutcome::Consumed
+                if held {
+                    RxOutcome::Held
+                } else {
+                    RxOutcome::Consumed
+                }
             }
             Kind::Put => {
                 if plen == 0 {
