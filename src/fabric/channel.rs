@@ -326,9 +326,21 @@ impl ChannelRes {
                 context(i, false),
             )
         };
+        self.posted(i, ret, "fi_send", len, to)
+    }
+
+    /// Buffer `i` is in flight if the send call returned success, else the call's error.
+    fn posted(
+        &mut self,
+        i: usize,
+        ret: i64,
+        call: &'static str,
+        len: usize,
+        to: sys::fi_addr_t,
+    ) -> Result<(), FabricError> {
         if ret < 0 {
             return Err(FabricError::with_detail(
-                "fi_send",
+                call,
                 ret,
                 format_args!("{len} bytes to fi_addr {to}"),
             ));
@@ -390,15 +402,7 @@ impl ChannelRes {
                 context(i, false),
             )
         };
-        if ret < 0 {
-            return Err(FabricError::with_detail(
-                "fi_sendv",
-                ret,
-                format_args!("{total} bytes to fi_addr {to}"),
-            ));
-        }
-        self.tx_state[i] = TxState::InFlight;
-        Ok(())
+        self.posted(i, ret, "fi_sendv", total, to)
     }
 
     /// Fault injector: keep lent buffer `i` out of the free list as if it were in flight.

@@ -222,44 +222,14 @@ mod tests {
         let mut r = Reassembler::default();
         let mut spares = Spares::default();
         let cs = chunks(900, 300);
-        assert!(
-            r.add(
-                3,
-                0,
-                900,
-                cs[0].0,
-                &cs[0].1,
-                Some((10, 0..300)),
-                10,
-                &mut spares
-            )
-            .0
-        );
-        assert!(!r.add(3, 0, 900, cs[1].0, &cs[1].1, None, 10, &mut spares).0);
-        assert!(
-            r.add(
-                4,
-                0,
-                900,
-                cs[0].0,
-                &cs[0].1,
-                Some((11, 0..300)),
-                10,
-                &mut spares
-            )
-            .0
-        );
-        let (_, w) = r.add(
-            3,
-            0,
-            900,
-            cs[2].0,
-            &cs[2].1,
-            Some((12, 0..300)),
-            10,
-            &mut spares,
-        );
-        match w.unwrap() {
+        let mut add = |r: &mut Reassembler, id: u32, k: usize, hold: Option<u64>| {
+            let offer = hold.map(|h| (h, 0..300));
+            r.add(id, 0, 900, cs[k].0, &cs[k].1, offer, 10, &mut spares)
+        };
+        assert!(add(&mut r, 3, 0, Some(10)).0);
+        assert!(!add(&mut r, 3, 1, None).0);
+        assert!(add(&mut r, 4, 0, Some(11)).0);
+        match add(&mut r, 3, 2, Some(12)).1.unwrap() {
             Whole::Pieces(0, 900, p, 2) => {
                 assert_eq!(p[1], Piece::Owned(cs[1].1.clone()));
             }
