@@ -64,7 +64,7 @@ pub fn with_module<R>(index: u32, f: impl FnOnce(&Component, &ModuleCell) -> R) 
     with_component(|c| c.modules.get(index as usize).map(|m| f(c, m))).flatten()
 }
 
-fn random_u64() -> u64 {
+pub(crate) fn random_u64() -> u64 {
     let mut v = [0u8; 8];
     // SAFETY: getrandom writes at most 8 bytes into `v`.
     let n = unsafe { libc::getrandom(v.as_mut_ptr().cast(), v.len(), 0) };

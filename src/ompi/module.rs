@@ -165,7 +165,7 @@ impl ModuleState {
             finalized: false,
             stats_base: Stats::default(),
             deferred: Vec::new(),
-            regions: Regions::default(),
+            regions: Regions::keyed(super::component::random_u64()),
             npeers: 0,
             puts: 0,
             gets: 0,

@@ -37,13 +37,31 @@ struct Region {
 pub struct Regions {
     map: HashMap<u64, Region>,
     next: u64,
+    /// Secret of this module's region ids.
+    key: u64,
 }
 
 impl Regions {
+    /// Region ids are a keyed bijection of a counter, so they never repeat and cannot be
+    /// guessed from one another: a datagram forged with the job key still has to name a
+    /// live region (small sequential ids made region 1 a safe guess).
+    pub fn keyed(key: u64) -> Regions {
+        Regions {
+            key,
+            ..Regions::default()
+        }
+    }
+
     fn add(&mut self, base: usize, len: usize) -> u64 {
-        self.next += 1;
-        self.map.insert(self.next, Region { base, len });
-        self.next
+        let id = loop {
+            self.next += 1;
+            let id = super::component::splitmix64(self.next ^ self.key);
+            if id != 0 {
+                break id;
+            }
+        };
+        self.map.insert(id, Region { base, len });
+        id
     }
 
     fn remove(&mut self, id: u64) {
@@ -250,6 +268,23 @@ pub fn complete(m: &ModuleCell, op: *mut RdmaOp, status: i32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn region_ids_are_unique_and_not_sequential() {
+        let mut r = Regions::keyed(0x1234_5678_9abc_def0);
+        let ids: Vec<u64> = (0..1000).map(|_| r.add(0x1000, 10)).collect();
+        let set: std::collections::HashSet<_> = ids.iter().collect();
+        assert_eq!(set.len(), ids.len(), "unique");
+        assert!(
+            ids.iter().all(|&i| i > 1 << 16),
+            "no small ids: {:?}",
+            &ids[..4]
+        );
+        assert!(ids.windows(2).all(|w| w[1] != w[0].wrapping_add(1)));
+        // Another module's key gives other ids.
+        let mut other = Regions::keyed(1);
+        assert_ne!(other.add(0x1000, 10), ids[0]);
+    }
 
     #[test]
     fn locate_stays_inside_the_region() {
