@@ -412,6 +412,10 @@ impl ModuleState {
                     continue;
                 }
             }
+            // Most progress calls have nothing to send: no send buffer taken and given back.
+            if !self.engine.wants_transmit(ch) {
+                continue;
+            }
             let gather_min = if self.fabric.can_gather(ch) {
                 GATHER_MIN
             } else {

@@ -79,6 +79,13 @@ impl Engine {
             })
     }
 
+    /// Whether `poll_transmit` on `channel` may have a datagram now (something is queued;
+    /// credits are its own check, and counted there): lets an edge skip fetching a send
+    /// buffer for nothing.
+    pub fn wants_transmit(&self, channel: Channel) -> bool {
+        self.has_work(channel)
+    }
+
     fn has_work(&self, channel: Channel) -> bool {
         match channel {
             Channel::Priority => !self.ack_list.is_empty() || !self.prio_ready.is_empty(),
