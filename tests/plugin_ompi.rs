@@ -127,6 +127,16 @@ fn text(o: &Output) -> (String, String) {
 }
 
 /// stdout and stderr of a run that must have exited 0 (both are shown when it did not).
+/// A 2-rank pingpong over usnic,self,tcp with one usnic parameter set: how a bad or
+/// unusable setting shows up while tcp still carries the job.
+fn pingpong_beside_tcp(param: &str, value: &str) -> Output {
+    mpirun(
+        2,
+        &["--mca", "btl", "usnic,self,tcp", "--mca", param, value],
+        &["pingpong", "1024", "2"],
+    )
+}
+
 fn succeeded(o: &Output) -> (String, String) {
     let (out, err) = text(o);
     assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
@@ -591,18 +601,7 @@ fn pingpong_survives_injected_faults() {
     assert_eq!(stat_sum(&err, "peers_failed"), 0, "{err}");
 
     // A percentage outside 0..100 declines the component with one line per rank.
-    let o = mpirun(
-        2,
-        &[
-            "--mca",
-            "btl",
-            "usnic,self,tcp",
-            "--mca",
-            "btl_usnic_fault_send_drop",
-            "150",
-        ],
-        &["pingpong", "1024", "2"],
-    );
+    let o = pingpong_beside_tcp("btl_usnic_fault_send_drop", "150");
     let (_, err) = succeeded(&o);
     assert_param_help(&err, "fault_send_drop", "150", "a percentage, 0..100");
 }
@@ -721,18 +720,7 @@ fn invalid_parameters_show_help() {
         assert_exact_help(&err, &want);
     }
     // A bad interface list names the parameter and the reason.
-    let o = mpirun(
-        2,
-        &[
-            "--mca",
-            "btl",
-            "usnic,self,tcp",
-            "--mca",
-            "btl_usnic_if_include",
-            "10.0.0.0/99",
-        ],
-        &["pingpong", "1024", "2"],
-    );
+    let o = pingpong_beside_tcp("btl_usnic_if_include", "10.0.0.0/99");
     let (_, err) = succeeded(&o);
     let blocks = help_blocks(&err);
     assert!(!blocks.is_empty(), "{err}");
@@ -929,18 +917,7 @@ fn pingpong_with_emulated_put_and_get() {
         );
     }
     // A bad value declines with one line per rank; tcp carries the job.
-    let o = mpirun(
-        2,
-        &[
-            "--mca",
-            "btl",
-            "usnic,self,tcp",
-            "--mca",
-            "btl_usnic_rdma",
-            "rput",
-        ],
-        &["pingpong", "1024", "2"],
-    );
+    let o = pingpong_beside_tcp("btl_usnic_rdma", "rput");
     let (_, err) = succeeded(&o);
     assert_param_help(
         &err,
@@ -1241,18 +1218,7 @@ fn mpi_t_counters_count_sends() {
 fn exhausted_resource_is_named() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let host = hostname();
-    let o = mpirun(
-        2,
-        &[
-            "--mca",
-            "btl",
-            "usnic,self,tcp",
-            "--mca",
-            "btl_usnic_cq_num",
-            "2000000000",
-        ],
-        &["pingpong", "1024", "2"],
-    );
+    let o = pingpong_beside_tcp("btl_usnic_cq_num", "2000000000");
     let (out, err) = succeeded(&o);
     assert!(out.contains("OK: 0 errors"), "{out}");
     let want = |iface: &str| {
@@ -1300,18 +1266,7 @@ fn exhausted_resource_is_named() {
 fn missing_provider_is_named() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let host = hostname();
-    let o = mpirun(
-        2,
-        &[
-            "--mca",
-            "btl",
-            "usnic,self,tcp",
-            "--mca",
-            "btl_usnic_provider",
-            "nosuch",
-        ],
-        &["pingpong", "1024", "2"],
-    );
+    let o = pingpong_beside_tcp("btl_usnic_provider", "nosuch");
     let (out, err) = succeeded(&o);
     assert!(out.contains("OK: 0 errors"), "{out}");
     let want = format!(

@@ -66,8 +66,23 @@ fi
 P2_MTU=$(ip -n ncbr -o link show p2 | sed -n 's/.* mtu \([0-9]*\).*/\1/p')
 V2_MTU=$(ip -n h2 -o link show veth0 | sed -n 's/.* mtu \([0-9]*\).*/\1/p')
 [ -n "$P2_MTU" ] && [ -n "$V2_MTU" ] || cannot "cluster has no h2 (p2/veth0 not found)"
+# h2 drops every UDP datagram from h1 (its own nftables table, so removing it touches
+# nothing else)
+block_udp_from_h1() {
+    ip netns exec h2 nft -f - <<'NFT' || cannot "nft rule in h2 failed"
+table inet usnicrs_cc {
+    chain input {
+        type filter hook input priority 0; policy accept;
+        ip saddr 10.77.0.1 meta l4proto udp drop
+    }
+}
+NFT
+}
+unblock_udp_from_h1() {
+    ip netns exec h2 nft delete table inet usnicrs_cc
+}
 cleanup() {
-    ip netns exec h2 nft delete table inet usnicrs_cc 2>/dev/null
+    unblock_udp_from_h1 2>/dev/null
     ip -n ncbr link set p2 mtu "$P2_MTU" 2>/dev/null
     ip -n h2 link set veth0 mtu "$V2_MTU" 2>/dev/null
     [ "$owned" = 1 ] && "$NC" down >/dev/null 2>&1
@@ -179,16 +194,9 @@ else
 fi
 
 # (b) UDP from h1 dropped inside h2
-ip netns exec h2 nft -f - <<'NFT' || cannot "nft rule in h2 failed"
-table inet usnicrs_cc {
-    chain input {
-        type filter hook input priority 0; policy accept;
-        ip saddr 10.77.0.1 meta l4proto udp drop
-    }
-}
-NFT
+block_udp_from_h1
 run udp-blocked
-ip netns exec h2 nft delete table inet usnicrs_cc
+unblock_udp_from_h1
 # The message within launch time (the healthy job's whole run) + ack_timeout x retries + 5 s;
 # the job gone within 10 s more (mpirun's own teardown). The 5 s: on a loaded host mpirun
 # forwards a process's stderr up to about 4 s late (measured with the code before this test's
@@ -219,16 +227,9 @@ fi
 # (b2) the same without the help file beside the plugin: each process prints the text itself
 mkdir -p "$WORK/components-nohelp"
 ln -sf "$ROOT/target/release/libusnic_rs.so" "$WORK/components-nohelp/mca_btl_usnic.so"
-ip netns exec h2 nft -f - <<'NFT' || cannot "nft rule in h2 failed"
-table inet usnicrs_cc {
-    chain input {
-        type filter hook input priority 0; policy accept;
-        ip saddr 10.77.0.1 meta l4proto udp drop
-    }
-}
-NFT
+block_udp_from_h1
 COMPONENTS=$WORK/components-nohelp run udp-blocked-nohelp
-ip netns exec h2 nft delete table inet usnicrs_cc
+unblock_udp_from_h1
 if [ $RC -ne 0 ] && { expect_block "$WORK/udp-blocked-nohelp.log" "connectivity error: small bad, large bad" h1 10.77.0.1/24 h2 10.77.0.2 1472 ||
     expect_block "$WORK/udp-blocked-nohelp.log" "connectivity error: small bad, large bad" h2 10.77.0.2/24 h1 10.77.0.1 1472; } &&
     [ "$(grep -cF "$(first_line "connectivity error: small bad, large bad")" "$WORK/udp-blocked-nohelp.log")" = 1 ]; then
