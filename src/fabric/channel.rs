@@ -280,17 +280,6 @@ impl ChannelRes {
         self.send_index(i, len, to)
     }
 
-    pub(crate) fn post_send_gather(
-        &mut self,
-        buf: BufId,
-        len: usize,
-        body: [&[u8]; 2],
-        to: sys::fi_addr_t,
-    ) -> Result<(), FabricError> {
-        let i = self.checked_tx(buf, len)?;
-        self.send_gather(i, len, body, to)
-    }
-
     /// The index of lent send buffer `buf` if `len` bytes of it may be sent.
     pub(crate) fn checked_tx(&self, buf: BufId, len: usize) -> Result<usize, FabricError> {
         let i = self.lent_tx(buf)?;
@@ -349,21 +338,22 @@ impl ChannelRes {
         Ok(())
     }
 
-    /// Whether `send_gather` may be used: the provider gathers three buffers, and needs no
+    /// Whether `post_send_gather` may be used: the provider gathers three buffers, and needs no
     /// registration (a body lies in memory we never registered).
     pub(crate) fn can_gather(&self) -> bool {
         self.iov_limit >= 3 && self._mrs.is_empty()
     }
 
-    /// `fi_sendv` of the first `len` bytes of buffer `i` (checked by `checked_tx`) followed by
-    /// `body`, as one datagram of at most the MTU. Only where `can_gather`.
-    pub(crate) fn send_gather(
+    /// `fi_sendv` of the first `len` bytes of lent send buffer `buf` followed by `body`, as one
+    /// datagram of at most the MTU. Only where `can_gather`.
+    pub(crate) fn post_send_gather(
         &mut self,
-        i: usize,
+        buf: BufId,
         len: usize,
         body: [&[u8]; 2],
         to: sys::fi_addr_t,
     ) -> Result<(), FabricError> {
+        let i = self.checked_tx(buf, len)?;
         let total = len + body[0].len() + body[1].len();
         if total > self.mtu || !self.can_gather() {
             return Err(FabricError {
