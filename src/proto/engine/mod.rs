@@ -56,8 +56,6 @@ pub struct Engine {
     spares: Spares,
     /// Expired segments waiting for the next timeout (scratch of `handle_timeout`).
     rearm: Vec<super::seq::Seq>,
-    /// Payloads at least this long are left in place (the current `poll_transmit_gather`).
-    gather_min: usize,
     /// Receive buffers kept for reassembly now (at most `Config::max_held`).
     held: u32,
 }
@@ -81,7 +79,6 @@ impl Engine {
             last_write: None,
             spares: Spares::default(),
             rearm: Vec::new(),
-            gather_min: usize::MAX,
             held: 0,
         })
     }

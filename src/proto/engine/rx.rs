@@ -126,7 +126,6 @@ impl Engine {
             }
         }
 
-        let budget = self.cfg.max_held.saturating_sub(self.held);
         let p = self.peers[pid as usize].as_mut().expect("live");
         let plen = payload.len();
         match h.kind {
@@ -138,6 +137,7 @@ impl Engine {
             },
             Kind::Chunk => {
                 let offer = hold.map(|handle| (handle, payload.clone()));
+                let budget = self.cfg.max_held.saturating_sub(self.held);
                 let (held, whole) = p.reasm.add(
                     h.id,
                     h.tag,

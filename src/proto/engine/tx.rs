@@ -34,7 +34,6 @@ impl Engine {
         buf: &mut [u8],
         gather_min: usize,
     ) -> Option<Transmit> {
-        self.gather_min = gather_min;
         self.commit_write();
         self.touch(now);
         let need = match channel {
@@ -45,7 +44,7 @@ impl Engine {
             return None;
         }
         if self.credits[channel as usize] == 0 {
-            if self.has_work(channel) {
+            if self.wants_transmit(channel) {
                 self.stats.credits_exhausted += 1;
             }
             return None;
@@ -53,11 +52,11 @@ impl Engine {
         let t = match channel {
             Channel::Priority => match self.tx_ack(buf) {
                 Some(t) => Some(t),
-                None => self.tx_new(now, Channel::Priority, buf),
+                None => self.tx_new(now, Channel::Priority, buf, gather_min),
             },
-            Channel::Data => match self.tx_resend(now, buf) {
+            Channel::Data => match self.tx_resend(now, buf, gather_min) {
                 Some(t) => Some(t),
-                None => self.tx_new(now, Channel::Data, buf),
+                None => self.tx_new(now, Channel::Data, buf, gather_min),
             },
         }?;
         self.credits[channel as usize] -= 1;
@@ -83,10 +82,6 @@ impl Engine {
     /// credits are its own check, and counted there): lets an edge skip fetching a send
     /// buffer for nothing.
     pub fn wants_transmit(&self, channel: Channel) -> bool {
-        self.has_work(channel)
-    }
-
-    fn has_work(&self, channel: Channel) -> bool {
         match channel {
             Channel::Priority => !self.ack_list.is_empty() || !self.prio_ready.is_empty(),
             Channel::Data => {
@@ -135,7 +130,13 @@ impl Engine {
         None
     }
 
-    fn tx_new(&mut self, now: Instant, channel: Channel, buf: &mut [u8]) -> Option<Transmit> {
+    fn tx_new(
+        &mut self,
+        now: Instant,
+        channel: Channel,
+        buf: &mut [u8],
+        gather_min: usize,
+    ) -> Option<Transmit> {
         let prio = channel == Channel::Priority;
         loop {
             let list = if prio {
@@ -208,7 +209,7 @@ impl Engine {
                 seq,
                 &rec,
                 buf,
-                self.gather_min,
+                gather_min,
                 &mut self.stats,
             );
             if kind == Kind::Frag {
@@ -225,7 +226,7 @@ impl Engine {
         }
     }
 
-    fn tx_resend(&mut self, now: Instant, buf: &mut [u8]) -> Option<Transmit> {
+    fn tx_resend(&mut self, now: Instant, buf: &mut [u8], gather_min: usize) -> Option<Transmit> {
         if self.resend_budget == 0 {
             return None;
         }
@@ -266,7 +267,7 @@ impl Engine {
                     s,
                     &rec,
                     buf,
-                    self.gather_min,
+                    gather_min,
                     &mut self.stats,
                 );
                 if rec.fast {
