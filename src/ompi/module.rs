@@ -343,7 +343,7 @@ impl ModuleState {
                 let datagram = self.fabric.rx_bytes(ch, buf, len);
                 let outcome = if ch == Channel::Data {
                     self.engine
-                        .handle_datagram_held(now, ch, datagram, held_handle(ch, buf))
+                        .handle_datagram_held(now, ch, datagram, held_handle(buf))
                 } else {
                     self.engine.handle_datagram(now, ch, datagram)
                 };
@@ -758,22 +758,22 @@ impl ModuleCell {
 
 /// Hand `len` bytes at `data` to the active-message callback of `tag`, with a descriptor that
 /// lives on this stack frame (the PML may only read it during the callback).
-/// The handle by which the core names a kept receive buffer.
-fn held_handle(ch: Channel, buf: BufId) -> u64 {
-    ((ch as u64) << 32) | u64::from(buf.0)
+/// The handle by which the core names a kept receive buffer (only the data channel's are
+/// offered: chunks travel there).
+fn held_handle(buf: BufId) -> u64 {
+    u64::from(buf.0)
 }
 
 fn held_buffer(handle: u64) -> (Channel, BufId) {
-    let ch = if handle >> 32 == Channel::Data as u64 {
-        Channel::Data
-    } else {
-        Channel::Priority
-    };
-    (ch, BufId(handle as u32))
+    (Channel::Data, BufId(handle as u32))
 }
 
 fn deliver(btl: *mut sys::mca_btl_base_module_t, tag: u8, data: *mut u8, len: usize) {
-    deliver_segments(btl, tag, &[(data, len)]);
+    // SAFETY: plain C struct; zero is its valid initial state.
+    let mut seg: sys::mca_btl_base_segment_t = unsafe { core::mem::zeroed() };
+    seg.seg_addr.pval = data.cast();
+    seg.seg_len = len as u64;
+    deliver_descriptor(btl, tag, core::slice::from_mut(&mut seg));
 }
 
 /// Hand the PML one received fragment made of `segs` (at most `MCA_BTL_DES_MAX_SEGMENTS`,
@@ -786,16 +786,26 @@ fn deliver_segments(btl: *mut sys::mca_btl_base_module_t, tag: u8, segs: &[(*mut
         s.seg_addr.pval = data.cast();
         s.seg_len = len as u64;
     }
-    // SAFETY: as above.
+    deliver_descriptor(btl, tag, &mut segments[..segs.len().min(MAX)]);
+}
+
+/// The PML's callback for `tag` with a descriptor of `segments`; a single-datagram fragment
+/// builds one segment only (the receive path of every small message).
+fn deliver_descriptor(
+    btl: *mut sys::mca_btl_base_module_t,
+    tag: u8,
+    segments: &mut [sys::mca_btl_base_segment_t],
+) {
+    // SAFETY: plain C struct; zero is its valid initial state.
     let mut des: sys::mca_btl_base_descriptor_t = unsafe { core::mem::zeroed() };
     des.des_segments = segments.as_mut_ptr();
-    des.des_segment_count = segs.len().min(MAX);
+    des.des_segment_count = segments.len();
     des.order = sys::MCA_BTL_NO_ORDER as u8;
     // SAFETY: the descriptor and segments outlive the call; each segment's bytes are readable
     // (received datagrams not yet reposted, or owned buffers alive in the caller).
     let rc = unsafe { sys::usnic_shim_am_deliver(btl, tag, &mut des) };
     if rc != 0 {
-        let len: usize = segs.iter().map(|s| s.1).sum();
+        let len: u64 = segments.iter().map(|s| s.seg_len).sum();
         log::error(&format!(
             "dropped a {len}-byte fragment with tag {tag:#x}: no PML callback registered for it"
         ));
