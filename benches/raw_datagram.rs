@@ -110,30 +110,31 @@ fn pingpong(
     samples
 }
 
-/// (datagrams delivered, seconds) for `count` datagrams of `len` bytes, window-limited when
-/// `window` is Some.
+/// (datagrams delivered, bytes delivered, seconds) for `count` datagrams whose lengths cycle
+/// through `lens`, window-limited when `window` is Some.
 fn stream(
     dev: &DeviceInfo,
     cfg: &FabricConfig,
-    len: usize,
+    lens: &[usize],
     count: u64,
     window: Option<u64>,
-) -> (u64, f64) {
+) -> (u64, u64, f64) {
     let (mut a, to_b, mut b, _) = pair(dev, cfg);
     let received = Arc::new(AtomicU64::new(0));
     let sender_done = Arc::new(AtomicBool::new(false));
     let (r, done) = (received.clone(), sender_done.clone());
     let rx = thread::spawn(move || {
         let mut out = Vec::new();
-        let mut n = 0u64;
+        let (mut n, mut bytes) = (0u64, 0u64);
         let mut last = now();
         loop {
             out.clear();
             b.poll(Channel::Data, 64, &mut out).expect("poll");
             for c in &out {
-                if let Completion::Recv { buf, .. } = *c {
+                if let Completion::Recv { buf, len } = *c {
                     b.repost(Channel::Data, buf);
                     n += 1;
+                    bytes += len as u64;
                 }
             }
             if out.is_empty() {
@@ -145,7 +146,7 @@ fn stream(
             }
             // Done when all arrived, or 200 ms after the sender finished with nothing new.
             if n == count || (done.load(Ordering::Acquire) && now().0 - last.0 > 200_000_000) {
-                return (n, last);
+                return (n, bytes, last);
             }
         }
     });
@@ -157,11 +158,78 @@ fn stream(
                 thread::yield_now();
             }
         }
+        let len = lens[sent as usize % lens.len()];
         send(&mut a, Channel::Data, &to_b, len, &mut out);
     }
     sender_done.store(true, Ordering::Release);
-    let (n, last) = rx.join().expect("receiver thread");
-    (n, (last.0 - start.0) as f64 / 1e9)
+    let (n, bytes, last) = rx.join().expect("receiver thread");
+    (n, bytes, (last.0 - start.0) as f64 / 1e9)
+}
+
+/// The datagram lengths of one `msg`-byte message cut into datagrams of at most `mtu` bytes.
+fn message_datagrams(msg: usize, mtu: usize) -> Vec<usize> {
+    let mut lens = vec![mtu; msg / mtu];
+    if msg % mtu != 0 {
+        lens.push(msg % mtu);
+    }
+    lens
+}
+
+/// Both directions at once, as in a bidirectional bandwidth test: two threads, each sending
+/// `count` datagrams of `len` bytes with at most `window` unacknowledged (credits through the
+/// peer's shared receive count) while it reads the other's. Returns (datagrams delivered in
+/// both directions, seconds until the later side finished).
+fn duplex(dev: &DeviceInfo, cfg: &FabricConfig, len: usize, count: u64, window: u64) -> (u64, f64) {
+    let (a, to_b, b, to_a) = pair(dev, cfg);
+    let (got_a, got_b) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let start = now();
+    let side = move |mut m: Module, to: PeerAddr, mine: Arc<AtomicU64>, theirs: Arc<AtomicU64>| {
+        move || {
+            let mut out = Vec::new();
+            let (mut sent, mut n) = (0u64, 0u64);
+            let mut last = now();
+            loop {
+                if sent < count && sent - theirs.load(Ordering::Acquire) < window {
+                    if let Some((id, buf)) = m.tx_buffer(Channel::Data) {
+                        buf[..8].fill(0xab);
+                        match m.post_send(Channel::Data, id, len, &to) {
+                            Ok(()) => sent += 1,
+                            Err(e) if e.is_would_block() => m.release_tx(Channel::Data, id),
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                }
+                out.clear();
+                m.poll(Channel::Data, 64, &mut out).expect("poll");
+                let before = n;
+                for c in &out {
+                    match *c {
+                        Completion::Recv { buf, .. } => {
+                            m.repost(Channel::Data, buf);
+                            n += 1;
+                        }
+                        Completion::SendDone { .. } => {}
+                        Completion::Error { ref error, .. } => panic!("{error}"),
+                    }
+                }
+                if n != before {
+                    m.flush_reposts().expect("repost");
+                    mine.store(n, Ordering::Release);
+                    last = now();
+                }
+                // A lost datagram never returns its credit: give up 200 ms after the last one.
+                let stalled = now().0 - last.0 > 200_000_000;
+                if stalled || (sent == count && n == count) {
+                    return (n, last);
+                }
+            }
+        }
+    };
+    let ta = thread::spawn(side(a, to_b, got_a.clone(), got_b.clone()));
+    let tb = thread::spawn(side(b, to_a, got_b, got_a));
+    let (na, la) = ta.join().expect("side a");
+    let (nb, lb) = tb.join().expect("side b");
+    (na + nb, (la.0.max(lb.0) - start.0) as f64 / 1e9)
 }
 
 fn pct(s: &[u64], p: f64) -> f64 {
@@ -280,13 +348,37 @@ fn bench_device(label: &str, dev: &DeviceInfo, cfg: &FabricConfig, iters: usize)
         (format!("window {WINDOW}"), Some(WINDOW)),
         ("blast, no flow control".to_string(), None),
     ] {
-        let (n, secs) = stream(dev, cfg, data_mtu, STREAM_COUNT, window);
+        let (n, bytes, secs) = stream(dev, cfg, &[data_mtu], STREAM_COUNT, window);
         println!(
             "{:<34} {:>10.1} {:>10.1} {:>9.2}%",
             format!("{name} ({data_mtu} B)"),
-            n as f64 * data_mtu as f64 / secs / 1e6,
+            bytes as f64 / secs / 1e6,
             n as f64 / secs / 1e3,
             100.0 * n as f64 / STREAM_COUNT as f64
+        );
+    }
+    // What the cores allow both ways at once: the ceiling for a bidirectional bandwidth test.
+    let (n, secs) = duplex(dev, cfg, data_mtu, STREAM_COUNT, WINDOW);
+    println!(
+        "{:<34} {:>10.1} {:>10.1} {:>9.2}%",
+        format!("bidirectional, window {WINDOW} ({data_mtu} B)"),
+        n as f64 * data_mtu as f64 / secs / 1e6,
+        n as f64 / secs / 1e3,
+        100.0 * n as f64 / (2 * STREAM_COUNT) as f64
+    );
+    // An MPI message of 64 KiB or more never fills whole datagrams: 65536 bytes are a full
+    // datagram and a short one. The same cut here gives the floor per message size.
+    for shift in 16..=22 {
+        let msg = 1usize << shift;
+        let lens = message_datagrams(msg, data_mtu);
+        let count = (STREAM_COUNT / lens.len() as u64).max(1) * lens.len() as u64;
+        let (n, bytes, secs) = stream(dev, cfg, &lens, count, Some(WINDOW));
+        println!(
+            "{:<34} {:>10.1} {:>10.1} {:>9.2}%",
+            format!("messages of {msg} B ({} datagrams)", lens.len()),
+            bytes as f64 / secs / 1e6,
+            n as f64 / secs / 1e3,
+            100.0 * n as f64 / count as f64
         );
     }
 }
