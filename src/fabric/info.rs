@@ -93,6 +93,10 @@ impl InfoList {
                 | sys::FI_MR_PROV_KEY
                 | sys::FI_MR_VIRT_ADDR) as i32;
             (*h.fabric_attr).prov_name = libc::strdup(prov.as_ptr());
+            // A Module owns its domain and every object in it and needs &mut self for each
+            // call, so calls are serialized, as FI_THREAD_DOMAIN asks; the provider can then
+            // skip its own locks (a dozen mutex pairs per message in the udp provider).
+            (*h.domain_attr).threading = sys::FI_THREAD_DOMAIN;
         }
         let mut list: *mut sys::fi_info = std::ptr::null_mut();
         // SAFETY: hints is a valid fi_info; node/service NULL; list receives a list we own.
