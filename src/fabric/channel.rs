@@ -443,13 +443,11 @@ impl ChannelRes {
 
     /// Post the queued receive buffers, `FI_MORE` on all but the last.
     pub(crate) fn flush(&mut self) -> Result<(), FabricError> {
-        let queued = std::mem::take(&mut self.reposts);
-        for (k, &i) in queued.iter().enumerate() {
-            let more = if k + 1 < queued.len() {
-                sys::FI_MORE as u64
-            } else {
-                0
-            };
+        // Indexed rather than taken, so the queue keeps its allocation from call to call.
+        let n = self.reposts.len();
+        for k in 0..n {
+            let i = self.reposts[k];
+            let more = if k + 1 < n { sys::FI_MORE as u64 } else { 0 };
             let iov = sys::iovec {
                 iov_base: self.rx.at(i as usize).cast(),
                 iov_len: self.prefix + self.mtu + 1,
@@ -467,7 +465,7 @@ impl ChannelRes {
             // iov/desc/msg are read during the call only (the provider copies the iov).
             let ret = unsafe { sys::recvmsg(self.ep.ptr(), &msg, more) };
             if ret < 0 {
-                self.reposts.extend_from_slice(&queued[k..]);
+                self.reposts.drain(..k);
                 if ret == -(sys::FI_EAGAIN as i64) {
                     return Ok(());
                 }
@@ -475,6 +473,7 @@ impl ChannelRes {
             }
             self.rx_state[i as usize] = RxState::Posted;
         }
+        self.reposts.clear();
         Ok(())
     }
 

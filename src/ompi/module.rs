@@ -148,6 +148,8 @@ pub struct ModuleCell {
     pub state: RefCell<ModuleState>,
     /// Reused upcall batch (taken while in use, so nested progress gets a fresh one).
     batch: Cell<Vec<Upcall>>,
+    /// Reused list of receive buffers a dispatch gives back (taken the same way).
+    reposts: Cell<Vec<(Channel, BufId)>>,
 }
 
 impl ModuleState {
@@ -542,6 +544,7 @@ impl ModuleCell {
             error_cb: Cell::new(None),
             state: RefCell::new(state),
             batch: Cell::new(Vec::new()),
+            reposts: Cell::new(Vec::new()),
         }
     }
 
@@ -617,7 +620,7 @@ impl ModuleCell {
     /// Run upcalls with no borrow of the state live, then repost what they used.
     pub fn dispatch(&self, batch: &mut Vec<Upcall>) {
         let btl = self.btl.get();
-        let mut reposts: Vec<(Channel, BufId)> = Vec::new();
+        let mut reposts = self.reposts.take();
         for up in batch.drain(..) {
             match up {
                 Upcall::DeliverInPlace {
@@ -654,7 +657,9 @@ impl ModuleCell {
         let mut st = self.state.borrow_mut();
         if !reposts.is_empty() {
             st.repost_all(&reposts);
+            reposts.clear();
         }
+        self.reposts.set(reposts);
         // Callbacks may have queued sends (their own transmit already ran), and ACKs may be owed.
         st.transmit(crate::fabric::now());
     }
