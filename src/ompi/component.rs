@@ -72,22 +72,17 @@ pub(crate) fn random_u64() -> u64 {
         // Never fails on Linux >= 3.17 for 8 bytes; fall back to time and pid, still unique enough
         // to separate jobs.
         let t = fabric::now().0;
-        return splitmix64(t ^ ((std::process::id() as u64) << 32));
+        return crate::proto::splitmix64(t ^ ((std::process::id() as u64) << 32));
     }
     u64::from_le_bytes(v)
-}
-
-pub fn splitmix64(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
 }
 
 /// The identity a module writes into every datagram: the process name hashed with the module's
 /// index, so that two modules of one process never look alike.
 pub fn module_id(jobid: u32, vpid: u32, index: u32) -> u64 {
-    splitmix64(((jobid as u64) << 32 | vpid as u64) ^ splitmix64(index as u64 + 1))
+    crate::proto::splitmix64(
+        ((jobid as u64) << 32 | vpid as u64) ^ crate::proto::splitmix64(index as u64 + 1),
+    )
 }
 
 fn fabric_config(s: &Settings) -> Result<FabricConfig, ParamError> {

@@ -112,7 +112,7 @@ pub struct ModuleState {
     /// Bytes completed to the PML at submission and not yet acknowledged.
     pub inline_backlog: usize,
     /// Sizes of in-flight inline sends, by cookie sequence (for the backlog).
-    inline_sizes: std::collections::HashMap<u64, usize>,
+    inline_sizes: crate::proto::IdMap<u64, usize>,
     next_inline: u64,
     pub finalized: bool,
     pub stats_base: Stats,

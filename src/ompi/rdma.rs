@@ -55,7 +55,7 @@ impl Regions {
     fn add(&mut self, base: usize, len: usize) -> u64 {
         let id = loop {
             self.next += 1;
-            let id = super::component::splitmix64(self.next ^ self.key);
+            let id = crate::proto::splitmix64(self.next ^ self.key);
             if id != 0 {
                 break id;
             }

@@ -19,6 +19,7 @@ mod config;
 mod engine;
 mod fragment;
 pub mod hotel;
+mod idmap;
 mod payload;
 mod peer;
 mod rtt;
@@ -29,4 +30,5 @@ pub mod wire;
 
 pub use api::*;
 pub use engine::Engine;
+pub use idmap::{splitmix64, IdMap};
 pub use payload::{Lent, Payload};

@@ -8,10 +8,11 @@ mod submit;
 mod timer;
 mod tx;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use super::api::*;
 use super::fragment::{Op, OpKind};
+use super::idmap::IdMap;
 use super::peer::Peer;
 use super::spare::Spares;
 
@@ -36,7 +37,7 @@ enum LastWrite {
 pub struct Engine {
     cfg: Config,
     peers: Vec<Option<Peer>>,
-    by_src: HashMap<u64, u32>,
+    by_src: IdMap<u64, u32>,
     events: VecDeque<Event>,
     stats: Stats,
     /// Credits left, indexed by `Channel as usize`.
@@ -68,7 +69,7 @@ impl Engine {
             resend_budget: cfg.max_resends_per_pass,
             cfg,
             peers: Vec::new(),
-            by_src: HashMap::new(),
+            by_src: IdMap::default(),
             events: VecDeque::new(),
             stats: Stats::default(),
             ack_list: VecDeque::new(),
