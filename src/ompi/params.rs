@@ -76,7 +76,7 @@ pub struct Settings {
     pub retrans_timeout_us: u64,
     pub max_resends_per_iteration: usize,
     pub priority_limit: usize,
-    /// 0 = automatic (512 KiB with one module, 25 KiB with several).
+    /// 0 = automatic (513 KiB with one module, 25 KiB with several).
     pub eager_limit: usize,
     pub rndv_eager_limit: usize,
     /// Largest fragment the PML may hand over (rendezvous pipeline); 0 = automatic.

@@ -31,10 +31,10 @@ static int cmp_size(const void *a, const void *b)
 
 static void build_sizes(void)
 {
-    /* limits: usnic rndv_eager 500, usnic eager 25 KiB / 512 KiB and the original's 150 KiB (and minus an ob1
-     * header), udp datagram payload 1472, jumbo 9000, tcp eager 64 KiB */
-    static const size_t limits[] = {500, 1472, 9000, 25600, 65536, 153600, 153600 - 14, 153600 - 24,
-                                    524288, 524288 - 14, 524288 - 24};
+    /* limits: usnic rndv_eager 500, usnic eager 25 KiB / 513 KiB (512 KiB before) and the original's 150 KiB
+     * (and minus an ob1 header), udp datagram payload 1472, jumbo 9000, tcp eager 64 KiB */
+    static const size_t limits[] = {500,         1472,   9000,        25600,       65536,  153600,      153600 - 14,
+                                    153600 - 24, 524288, 524288 - 14, 524288 - 24, 525312, 525312 - 14, 525312 - 24};
     add_size(0);
     for (int k = 0; k <= 24; k++) {
         size_t p = (size_t)1 << k;
