@@ -416,3 +416,40 @@ fn gathered_send_arrives_as_one_datagram() {
     drain_sends(&mut a);
     assert_eq!(a.tx_available(Channel::Data), a.tx_capacity(Channel::Data));
 }
+
+#[test]
+fn poll_first_stops_at_the_first_datagram_and_poll_drains_the_rest() {
+    let cfg = lo_cfg();
+    let dev = lo(&cfg);
+    let mut a = Module::open(&dev, &cfg).unwrap();
+    let mut b = Module::open(&dev, &cfg).unwrap();
+    let to_b = a.insert_peer(&b.local_address()).unwrap();
+    let mut out = Vec::new();
+    b.poll_first(Channel::Priority, &mut out).unwrap();
+    assert!(out.is_empty(), "nothing sent yet: {out:?}");
+    for seed in 0..3 {
+        send(&mut a, Channel::Priority, &to_b, &pattern(40, seed));
+    }
+    // Loopback queues each datagram on b's socket during a's send; wait for all three anyway.
+    let recvs = |out: &[Completion]| {
+        out.iter()
+            .filter(|c| matches!(c, Completion::Recv { .. }))
+            .count()
+    };
+    for _ in 0..1000 {
+        b.poll_first(Channel::Priority, &mut out).unwrap();
+        if recvs(&out) > 0 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(recvs(&out), 1, "poll_first returns after the first datagram");
+    let Completion::Recv { buf, len } = out[0] else {
+        panic!("{out:?}")
+    };
+    assert!(b.rx_bytes(Channel::Priority, buf, len) == pattern(40, 0));
+    out.clear();
+    b.poll(Channel::Priority, 8, &mut out).unwrap();
+    assert_eq!(recvs(&out), 2, "poll drains the two left: {out:?}");
+    drain_sends(&mut a);
+}

@@ -480,10 +480,19 @@ impl ChannelRes {
     pub(crate) fn poll(
         &mut self,
         max: usize,
+        stop_after_recv: bool,
         out: &mut Vec<Completion>,
     ) -> Result<(), FabricError> {
         let mut got = 0;
+        let start = out.len();
         while got < max {
+            if stop_after_recv
+                && out[start..]
+                    .iter()
+                    .any(|c| matches!(c, Completion::Recv { .. }))
+            {
+                break;
+            }
             let n = (max - got).min(CQ_BATCH);
             // SAFETY: entries holds CQ_BATCH >= n fi_cq_msg_entry, the CQ's format.
             let ret = unsafe { sys::cq_read(self.cq.ptr(), self.entries.as_mut_ptr().cast(), n) };

@@ -499,13 +499,31 @@ impl Module {
         max: usize,
         out: &mut Vec<Completion>,
     ) -> Result<(), FabricError> {
+        self.poll_inner(c, max, false, out)
+    }
+
+    /// `poll`, but it stops once a datagram has arrived. The udp provider reads at most one
+    /// datagram from its socket per `fi_cq_read`, so looking for a second one costs a system
+    /// call that fails with EAGAIN in a ping-pong, on the critical path between a request and
+    /// its reply.
+    pub fn poll_first(&mut self, c: Channel, out: &mut Vec<Completion>) -> Result<(), FabricError> {
+        self.poll_inner(c, usize::MAX, true, out)
+    }
+
+    fn poll_inner(
+        &mut self,
+        c: Channel,
+        max: usize,
+        first: bool,
+        out: &mut Vec<Completion>,
+    ) -> Result<(), FabricError> {
         let Some(f) = self.faults.as_deref_mut() else {
-            return self.channels[ch(c)].poll(max, out);
+            return self.channels[ch(c)].poll(max, first, out);
         };
         let chan = &mut self.channels[ch(c)];
         let added = f.before_poll(chan, ch(c), max, out, super::now());
         let start = out.len();
-        let r = chan.poll(max - added, out);
+        let r = chan.poll(max - added, first, out);
         if f.after_poll(chan, ch(c), out, start) {
             chan.flush()?;
         }
