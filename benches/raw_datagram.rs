@@ -189,6 +189,7 @@ fn duplex(dev: &DeviceInfo, cfg: &FabricConfig, len: usize, count: u64, window: 
             let (mut sent, mut n) = (0u64, 0u64);
             let mut last = now();
             loop {
+                let sent_before = sent;
                 if sent < count && sent - theirs.load(Ordering::Acquire) < window {
                     if let Some((id, buf)) = m.tx_buffer(Channel::Data) {
                         buf[..8].fill(0xab);
@@ -216,6 +217,9 @@ fn duplex(dev: &DeviceInfo, cfg: &FabricConfig, len: usize, count: u64, window: 
                     m.flush_reposts().expect("repost");
                     mine.store(n, Ordering::Release);
                     last = now();
+                } else if sent == sent_before {
+                    // Nothing to do: let the other side run when both share a core.
+                    thread::yield_now();
                 }
                 // A lost datagram never returns its credit: give up 200 ms after the last one.
                 let stalled = now().0 - last.0 > 200_000_000;
