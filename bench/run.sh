@@ -236,8 +236,8 @@ fi
 RAW_DGRAM_CMD=${RAW_DGRAM_CMD:-cargo bench --bench raw_datagram}
 # The raw test reports two devices: the BTL's default one and loopback. The floor is the one usnic runs on:
 # on one host the launcher's FI_UDP_IFACE=lo puts usnic on lo (btl_usnic_verbose shows "module lo ... data
-# MTU 65507"); across namespaces usnic and the raw test (run inside h1) both default to veth0.
-if ((NETNS)); then RAW_STREAM_SECTION=${RAW_STREAM_SECTION:-BTL default device}; else RAW_STREAM_SECTION=${RAW_STREAM_SECTION:-loopback}; fi
+# MTU 65507"); across namespaces it runs from h1 to h2 (bench/raw-across-hosts.sh) on veth0, as usnic does.
+if ((NETNS)); then RAW_STREAM_SECTION=${RAW_STREAM_SECTION:-across hosts}; else RAW_STREAM_SECTION=${RAW_STREAM_SECTION:-loopback}; fi
 
 bench_args_static() {
     case $1 in
@@ -288,7 +288,8 @@ bench_args_static() {
         [ -n "${CFG_SKIP[$c]:-}" ] && echo "skip_$c: ${CFG_SKIP[$c]}"
     done
     echo "launcher: ${NICE[*]} ${LAUNCH[*]}"
-    echo "raw_stream: $( ((HAVE_RAW_STREAM)) && echo "$RAW_DGRAM_CMD" || echo "not available: no raw_datagram bench in this tree (it comes from branch fabric)")"
+    if ((NETNS)); then raw_how="bench/raw-across-hosts.sh (the $RAW_DGRAM_CMD executable, --serve in h2, --stream-to from h1)"; else raw_how=$RAW_DGRAM_CMD; fi
+    echo "raw_stream: $( ((HAVE_RAW_STREAM)) && echo "$raw_how" || echo "not available: no raw_datagram bench in this tree (it comes from branch fabric)")"
     echo "invocation: bench/run.sh ${ARGS[*]}"
     for b in latency bw bibw mr; do echo "cmd_$b: bench/bin/$(bench_args_static "$b") ${COMMON_ARGS[*]}"; done
     [ -n "$LOSS" ] && echo "cmd_bw_loss: bench/bin/bench_bw ${SIZES_LOSS[*]} ${COMMON_ARGS[*]}"
@@ -435,12 +436,20 @@ run_raw_stream() {
     iters=$( ((QUICK)) && echo 2000 || echo 10000 )
     local -a cmd pre=()
     read -ra cmd <<<"$RAW_DGRAM_CMD"
-    # Across namespaces: inside h1, so its default device is veth0 and the datagram size matches (both
-    # threads are in h1: the kernel loops the datagrams back, it does not cross the bridge).
-    ((NETNS)) && pre=(env NC_PIN=1 "$NETNS_CLUSTER" exec h1)
     # The bench is compiled once, outside the timed job (cargo bench --no-run).
     (cd "$ROOT" && "${cmd[@]}" --no-run >"$RAW/raw_stream_build.log" 2>&1) ||
         { record_skip clean raw_stream raw_datagram "build failed: $(grep -m1 -E '^error' "$RAW/raw_stream_build.log" | cut -c1-150)"; return; }
+    if ((NETNS)); then
+        # Across namespaces: one process per host, so the datagrams cross veth and bridge as the
+        # BTL's do (two threads in h1 would take the kernel's cheaper local path).
+        local exe
+        exe=$(grep -oE 'target/[a-z]+/deps/raw_datagram-[0-9a-f]+' "$RAW/raw_stream_build.log" | head -1)
+        [ -n "$exe" ] || { record_skip clean raw_stream raw_datagram "no executable named in $RAW/raw_stream_build.log"; return; }
+        for ((rep = 1; rep <= REPS; rep++)); do
+            run_job clean raw_stream raw_datagram "$rep" 300 "$BENCH/raw-across-hosts.sh" "$NETNS_CLUSTER" "$ROOT/$exe"
+        done
+        return
+    fi
     for ((rep = 1; rep <= REPS; rep++)); do
         (cd "$ROOT" && run_job clean raw_stream raw_datagram "$rep" 600 "${pre[@]}" \
             env USNIC_BENCH_ITERS="$iters" RAW_DGRAM_SIZE="$DGRAM_SIZE" "${cmd[@]}")

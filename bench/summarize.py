@@ -70,10 +70,10 @@ def parse_raw_datagram(lines, section_wanted):
             RAW_INFO[section] = "device %s, interface MTU %s, data datagram %s B, priority %s B" % (
                 m.group(2), m.group(4), m.group(5), m.group(6))
             continue
-        m = re.match(r"window (\d+) \((\d+) B\)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)%", line)
+        m = re.match(r"(window \d+|stream across hosts) \((\d+) B\)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)%", line)
         if m and section == section_wanted:
-            out[-1] = float(m.group(3))
-            RAW_INFO[section] += "; window %s stream delivered %s %%" % (m.group(1), m.group(5))
+            out[RAW_FULL] = float(m.group(3))
+            RAW_INFO[section] += "; %s stream delivered %s %%" % (m.group(1), m.group(5))
             continue
         m = re.match(r"bidirectional, window (\d+) \((\d+) B\)\s+([0-9.]+)", line)
         if m and section == section_wanted:

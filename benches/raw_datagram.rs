@@ -69,6 +69,22 @@ fn send(m: &mut Module, ch: Channel, to: &PeerAddr, len: usize, out: &mut Vec<Co
     }
 }
 
+/// Sends `data`, polling for send credits when none is free.
+fn send_bytes(m: &mut Module, ch: Channel, to: &PeerAddr, data: &[u8], out: &mut Vec<Completion>) {
+    loop {
+        if let Some((id, buf)) = m.tx_buffer(ch) {
+            buf[..data.len()].copy_from_slice(data);
+            match m.post_send(ch, id, data.len(), to) {
+                Ok(()) => return,
+                Err(e) if e.is_would_block() => m.release_tx(ch, id),
+                Err(e) => panic!("{e}"),
+            }
+        }
+        out.clear();
+        m.poll(ch, 64, out).expect("poll");
+    }
+}
+
 fn pair(dev: &DeviceInfo, cfg: &FabricConfig) -> (Module, PeerAddr, Module, PeerAddr) {
     let mut a = Module::open(dev, cfg).expect("open a");
     let mut b = Module::open(dev, cfg).expect("open b");
@@ -387,7 +403,219 @@ fn bench_device(label: &str, dev: &DeviceInfo, cfg: &FabricConfig, iters: usize)
     }
 }
 
+// ---- Across hosts: one process per host ----
+//
+// Two threads of one process reach each other through the kernel's local delivery, which is
+// cheaper than the path between two hosts (across netns-cluster hosts: veth, bridge, veth). For
+// the floor across hosts, `--serve FILE` on one host opens the default device, writes its
+// address to FILE and receives; `--stream-to FILE` on the other sends to it. Each phase is a
+// blast (no flow control, as fast as the sender can post), announced and closed by control
+// datagrams on the priority channel; the receiver prints what arrived, timed from the phase's
+// first datagram to its last.
+
+const CTL_MAGIC: u32 = 0x7261_7773;
+const CTL_START: u32 = 1;
+const CTL_END: u32 = 2;
+const CTL_DONE: u32 = 3;
+
+fn ctl(kind: u32, phase: u32, msg: u64) -> [u8; 20] {
+    let mut b = [0u8; 20];
+    b[..4].copy_from_slice(&CTL_MAGIC.to_le_bytes());
+    b[4..8].copy_from_slice(&kind.to_le_bytes());
+    b[8..12].copy_from_slice(&phase.to_le_bytes());
+    b[12..].copy_from_slice(&msg.to_le_bytes());
+    b
+}
+
+fn parse_ctl(b: &[u8]) -> Option<(u32, u32, u64)> {
+    let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
+    (b.len() == 20 && u32_at(0) == CTL_MAGIC).then(|| {
+        (
+            u32_at(4),
+            u32_at(8),
+            u64::from_le_bytes(b[12..].try_into().unwrap()),
+        )
+    })
+}
+
+/// Phases: (message size, 0 = full datagrams; datagram lengths).
+fn phases(mtu: usize) -> Vec<(usize, Vec<usize>)> {
+    let mut v = vec![(0, vec![mtu])];
+    v.extend((16..=22).map(|s| (1usize << s, message_datagrams(1 << s, mtu))));
+    v
+}
+
+fn default_device() -> (DeviceInfo, FabricConfig) {
+    let cfg = FabricConfig::default();
+    let dev = discover(&cfg)
+        .expect("discover")
+        .into_iter()
+        .next()
+        .expect("no non-loopback interface for the udp provider");
+    (dev, cfg)
+}
+
+fn serve(addr_file: &str) {
+    let (dev, cfg) = default_device();
+    let mut m = Module::open(&dev, &cfg).expect("open");
+    let (prio_mtu, data_mtu) = (
+        m.channel_mtu(Channel::Priority),
+        m.channel_mtu(Channel::Data),
+    );
+    let hex: String = m
+        .local_address()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let tmp = format!("{addr_file}.tmp");
+    std::fs::write(&tmp, hex).expect("write the address file");
+    std::fs::rename(&tmp, addr_file).expect("publish the address file");
+    println!(
+        "== across hosts: {} {} (interface MTU {}, data datagram {data_mtu} B, priority {prio_mtu} B)",
+        dev.name, dev.ipv4, dev.if_mtu
+    );
+    println!(
+        "{:<34} {:>10} {:>10} {:>10}",
+        "blast from the other host", "MB/s", "kdgram/s", "delivered"
+    );
+    let plan = phases(data_mtu);
+    let mut out = Vec::new();
+    // (phase, datagrams, bytes, first, last, ended)
+    let mut cur: Option<(u32, u64, u64, u64, u64, bool)> = None;
+    let mut idle_since = now().0;
+    let mut data = Vec::new();
+    loop {
+        out.clear();
+        data.clear();
+        m.poll(Channel::Priority, 16, &mut out).expect("poll");
+        m.poll(Channel::Data, 64, &mut data).expect("poll");
+        let t = now().0;
+        let mut done = false;
+        for c in out.iter() {
+            let Completion::Recv { buf, len } = *c else {
+                continue;
+            };
+            match parse_ctl(m.rx_bytes(Channel::Priority, buf, len)) {
+                Some((CTL_START, phase, _)) if cur.map(|c| c.0) != Some(phase) => {
+                    cur = Some((phase, 0, 0, 0, 0, false));
+                }
+                Some((CTL_END, phase, _)) => {
+                    if let Some(c) = cur.as_mut().filter(|c| c.0 == phase) {
+                        c.5 = true;
+                    }
+                }
+                Some((CTL_DONE, _, _)) => done = true,
+                _ => {}
+            }
+            m.repost(Channel::Priority, buf);
+        }
+        for c in data.iter() {
+            let Completion::Recv { buf, len } = *c else {
+                continue;
+            };
+            if let Some(c) = cur.as_mut() {
+                if c.1 == 0 {
+                    c.3 = t;
+                }
+                c.1 += 1;
+                c.2 += len as u64;
+                c.4 = t;
+            }
+            m.repost(Channel::Data, buf);
+        }
+        out.append(&mut data);
+        if !out.is_empty() {
+            m.flush_reposts().expect("repost");
+            idle_since = t;
+        } else {
+            thread::yield_now();
+        }
+        // A phase is over 100 ms after its END with nothing more arriving.
+        if let Some((phase, n, bytes, first, last, true)) = cur {
+            if t.saturating_sub(last.max(idle_since)) > 100_000_000 {
+                let (msg, lens) = &plan[(phase as usize).min(plan.len() - 1)];
+                let sent = (STREAM_COUNT / lens.len() as u64).max(1) * lens.len() as u64;
+                let secs = (last.saturating_sub(first)).max(1) as f64 / 1e9;
+                let name = if *msg == 0 {
+                    format!("stream across hosts ({data_mtu} B)")
+                } else {
+                    format!("messages of {msg} B ({} datagrams)", lens.len())
+                };
+                println!(
+                    "{:<34} {:>10.1} {:>10.1} {:>9.2}%",
+                    name,
+                    bytes as f64 / secs / 1e6,
+                    n as f64 / secs / 1e3,
+                    100.0 * n as f64 / sent as f64
+                );
+                cur = None;
+            }
+        }
+        if done || t.saturating_sub(idle_since) > 60_000_000_000 {
+            break;
+        }
+    }
+}
+
+fn stream_to(addr_file: &str) {
+    let (dev, cfg) = default_device();
+    let mut m = Module::open(&dev, &cfg).expect("open");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let hex = loop {
+        match std::fs::read_to_string(addr_file) {
+            Ok(h) => break h,
+            Err(_) if std::time::Instant::now() < deadline => {
+                thread::sleep(std::time::Duration::from_millis(20))
+            }
+            Err(e) => panic!("no address in {addr_file}: {e}"),
+        }
+    };
+    let addr: Vec<u8> = (0..hex.trim().len() / 2)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex address"))
+        .collect();
+    let to = m.insert_peer(&addr).expect("insert the receiver");
+    let mut out = Vec::new();
+    let say = |m: &mut Module, out: &mut Vec<Completion>, b: [u8; 20]| {
+        // Three copies: a lost control datagram must not lose a phase.
+        for _ in 0..3 {
+            send_bytes(m, Channel::Priority, &to, &b, out);
+            thread::sleep(std::time::Duration::from_millis(2));
+        }
+    };
+    let plan = phases(m.channel_mtu(Channel::Data));
+    for (phase, (msg, lens)) in plan.iter().enumerate() {
+        say(&mut m, &mut out, ctl(CTL_START, phase as u32, *msg as u64));
+        let count = (STREAM_COUNT / lens.len() as u64).max(1) * lens.len() as u64;
+        for i in 0..count {
+            send(
+                &mut m,
+                Channel::Data,
+                &to,
+                lens[i as usize % lens.len()],
+                &mut out,
+            );
+        }
+        say(&mut m, &mut out, ctl(CTL_END, phase as u32, *msg as u64));
+        thread::sleep(std::time::Duration::from_millis(300));
+    }
+    say(&mut m, &mut out, ctl(CTL_DONE, 0, 0));
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let arg_after = |flag: &str| {
+        args.iter().position(|a| a == flag).map(|i| {
+            args.get(i + 1)
+                .cloned()
+                .unwrap_or_else(|| panic!("{flag} FILE"))
+        })
+    };
+    if let Some(f) = arg_after("--serve") {
+        return serve(&f);
+    }
+    if let Some(f) = arg_after("--stream-to") {
+        return stream_to(&f);
+    }
     let iters = std::env::var("USNIC_BENCH_ITERS")
         .ok()
         .and_then(|v| v.parse().ok())
