@@ -443,7 +443,11 @@ fn poll_first_stops_at_the_first_datagram_and_poll_drains_the_rest() {
         }
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
-    assert_eq!(recvs(&out), 1, "poll_first returns after the first datagram");
+    assert_eq!(
+        recvs(&out),
+        1,
+        "poll_first returns after the first datagram"
+    );
     let Completion::Recv { buf, len } = out[0] else {
         panic!("{out:?}")
     };
