@@ -134,10 +134,10 @@ pub struct ModuleState {
     /// Consecutive empty polls of the data channel, and progress calls since it was last
     /// polled while quiet.
     data_empty: u32,
+    data_skipped: u32,
     /// Per channel: the last poll brought a datagram, so drain the queue this time; else stop
     /// at the first datagram (see `collect`).
     draining: [bool; 2],
-    data_skipped: u32,
 }
 
 pub struct ModuleCell {
@@ -177,8 +177,8 @@ impl ModuleState {
             oversize_recvs: 0,
             idle_skips: 0,
             data_empty: 0,
-            draining: [false; 2],
             data_skipped: 0,
+            draining: [false; 2],
         }
     }
 
