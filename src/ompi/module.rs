@@ -681,31 +681,28 @@ impl ModuleCell {
     /// One descriptor whose segments are the pieces where they lie; more pieces than a
     /// descriptor carries are copied into one buffer first.
     fn deliver_pieces(&self, tag: u8, pieces: &[Piece], len: usize) {
-        let segs: Vec<(*mut u8, usize)> = {
-            let st = self.state.borrow();
-            pieces
-                .iter()
-                .map(|p| match p {
-                    Piece::Held { handle, range } => {
-                        let (ch, buf) = held_buffer(*handle);
-                        (
-                            st.fabric.rx_ptr(ch, buf).wrapping_add(range.start),
-                            range.len(),
-                        )
-                    }
-                    Piece::Owned(v) => (v.as_ptr() as *mut u8, v.len()),
-                })
-                .collect()
-        };
-        if segs.len() <= sys::MCA_BTL_DES_MAX_SEGMENTS as usize {
-            deliver_segments(self.btl.get(), tag, &segs);
+        const MAX: usize = sys::MCA_BTL_DES_MAX_SEGMENTS as usize;
+        if pieces.len() <= MAX {
+            // On the stack: this runs for every fragment of more than one datagram.
+            let mut segs = [(core::ptr::null_mut(), 0); MAX];
+            {
+                let st = self.state.borrow();
+                for (s, p) in segs.iter_mut().zip(pieces) {
+                    *s = piece_bytes(&st, p);
+                }
+            }
+            deliver_segments(self.btl.get(), tag, &segs[..pieces.len()]);
             return;
         }
         let mut whole = self.state.borrow_mut().engine.spare_buffer(len);
-        for &(p, n) in &segs {
-            // SAFETY: each segment is `n` received bytes in a buffer the core kept (not
-            // reposted until after this delivery) or an owned piece alive in `pieces`.
-            whole.extend_from_slice(unsafe { core::slice::from_raw_parts(p, n) });
+        {
+            let st = self.state.borrow();
+            for p in pieces {
+                let (ptr, n) = piece_bytes(&st, p);
+                // SAFETY: `n` received bytes in a buffer the core kept (not reposted until
+                // after this delivery) or an owned piece alive in `pieces`.
+                whole.extend_from_slice(unsafe { core::slice::from_raw_parts(ptr, n) });
+            }
         }
         deliver(self.btl.get(), tag, whole.as_mut_ptr(), whole.len());
         self.state.borrow_mut().engine.recycle(whole);
@@ -775,8 +772,20 @@ impl ModuleCell {
     }
 }
 
-/// Hand `len` bytes at `data` to the active-message callback of `tag`, with a descriptor that
-/// lives on this stack frame (the PML may only read it during the callback).
+/// Where a piece of a delivered fragment lies, and its length.
+fn piece_bytes(st: &ModuleState, p: &Piece) -> (*mut u8, usize) {
+    match p {
+        Piece::Held { handle, range } => {
+            let (ch, buf) = held_buffer(*handle);
+            (
+                st.fabric.rx_ptr(ch, buf).wrapping_add(range.start),
+                range.len(),
+            )
+        }
+        Piece::Owned(v) => (v.as_ptr() as *mut u8, v.len()),
+    }
+}
+
 /// The handle by which the core names a kept receive buffer (only the data channel's are
 /// offered: chunks travel there).
 fn held_handle(buf: BufId) -> u64 {
@@ -787,6 +796,8 @@ fn held_buffer(handle: u64) -> (Channel, BufId) {
     (Channel::Data, BufId(handle as u32))
 }
 
+/// Hand `len` bytes at `data` to the active-message callback of `tag`, with a descriptor that
+/// lives on this stack frame (the PML may only read it during the callback).
 fn deliver(btl: *mut sys::mca_btl_base_module_t, tag: u8, data: *mut u8, len: usize) {
     // SAFETY: plain C struct; zero is its valid initial state.
     let mut seg: sys::mca_btl_base_segment_t = unsafe { core::mem::zeroed() };
