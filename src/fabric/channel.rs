@@ -484,15 +484,8 @@ impl ChannelRes {
         out: &mut Vec<Completion>,
     ) -> Result<(), FabricError> {
         let mut got = 0;
-        let start = out.len();
-        while got < max {
-            if stop_after_recv
-                && out[start..]
-                    .iter()
-                    .any(|c| matches!(c, Completion::Recv { .. }))
-            {
-                break;
-            }
+        let mut received = false;
+        while got < max && !(stop_after_recv && received) {
             let n = (max - got).min(CQ_BATCH);
             // SAFETY: entries holds CQ_BATCH >= n fi_cq_msg_entry, the CQ's format.
             let ret = unsafe { sys::cq_read(self.cq.ptr(), self.entries.as_mut_ptr().cast(), n) };
@@ -508,6 +501,7 @@ impl ChannelRes {
             for k in 0..ret as usize {
                 let e = self.entries[k];
                 if let Some(c) = self.complete(e.op_context, e.len) {
+                    received |= matches!(c, Completion::Recv { .. });
                     out.push(c);
                 }
             }
