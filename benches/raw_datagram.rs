@@ -51,9 +51,33 @@ fn wait_recv(m: &mut Module, ch: Channel, out: &mut Vec<Completion>) -> usize {
 
 /// Sends `len` bytes, polling for send credits when none is free.
 fn send(m: &mut Module, ch: Channel, to: &PeerAddr, len: usize, out: &mut Vec<Completion>) {
+    send_filled(m, ch, to, len, |buf| buf[..len.min(8)].fill(0xab), out)
+}
+
+/// Sends `data`, polling for send credits when none is free.
+fn send_bytes(m: &mut Module, ch: Channel, to: &PeerAddr, data: &[u8], out: &mut Vec<Completion>) {
+    send_filled(
+        m,
+        ch,
+        to,
+        data.len(),
+        |buf| buf[..data.len()].copy_from_slice(data),
+        out,
+    )
+}
+
+/// Sends `len` bytes of a send buffer `fill` wrote, polling for send credits when none is free.
+fn send_filled(
+    m: &mut Module,
+    ch: Channel,
+    to: &PeerAddr,
+    len: usize,
+    fill: impl Fn(&mut [u8]),
+    out: &mut Vec<Completion>,
+) {
     loop {
         if let Some((id, buf)) = m.tx_buffer(ch) {
-            buf[..len.min(8)].fill(0xab);
+            fill(buf);
             match m.post_send(ch, id, len, to) {
                 Ok(()) => return,
                 Err(e) if e.is_would_block() => m.release_tx(ch, id),
@@ -66,22 +90,6 @@ fn send(m: &mut Module, ch: Channel, to: &PeerAddr, len: usize, out: &mut Vec<Co
             out.iter().all(|c| matches!(c, Completion::SendDone { .. })),
             "unexpected {out:?}"
         );
-    }
-}
-
-/// Sends `data`, polling for send credits when none is free.
-fn send_bytes(m: &mut Module, ch: Channel, to: &PeerAddr, data: &[u8], out: &mut Vec<Completion>) {
-    loop {
-        if let Some((id, buf)) = m.tx_buffer(ch) {
-            buf[..data.len()].copy_from_slice(data);
-            match m.post_send(ch, id, data.len(), to) {
-                Ok(()) => return,
-                Err(e) if e.is_would_block() => m.release_tx(ch, id),
-                Err(e) => panic!("{e}"),
-            }
-        }
-        out.clear();
-        m.poll(ch, 64, out).expect("poll");
     }
 }
 
@@ -180,6 +188,16 @@ fn stream(
     sender_done.store(true, Ordering::Release);
     let (n, bytes, last) = rx.join().expect("receiver thread");
     (n, bytes, (last.0 - start.0) as f64 / 1e9)
+}
+
+/// Datagrams a stream of `lens`-shaped messages sends: about `STREAM_COUNT`, whole messages.
+fn whole_messages(lens: &[usize]) -> u64 {
+    (STREAM_COUNT / lens.len() as u64).max(1) * lens.len() as u64
+}
+
+/// The message sizes streamed (64 KiB to 4 MiB), each with its datagram lengths.
+fn message_sizes(mtu: usize) -> impl Iterator<Item = (usize, Vec<usize>)> {
+    (16..=22).map(move |s| (1usize << s, message_datagrams(1 << s, mtu)))
 }
 
 /// The datagram lengths of one `msg`-byte message cut into datagrams of at most `mtu` bytes.
@@ -388,10 +406,8 @@ fn bench_device(label: &str, dev: &DeviceInfo, cfg: &FabricConfig, iters: usize)
     );
     // An MPI message of 64 KiB or more never fills whole datagrams: 65536 bytes are a full
     // datagram and a short one. The same cut here gives the floor per message size.
-    for shift in 16..=22 {
-        let msg = 1usize << shift;
-        let lens = message_datagrams(msg, data_mtu);
-        let count = (STREAM_COUNT / lens.len() as u64).max(1) * lens.len() as u64;
+    for (msg, lens) in message_sizes(data_mtu) {
+        let count = whole_messages(&lens);
         let (n, bytes, secs) = stream(dev, cfg, &lens, count, Some(WINDOW));
         println!(
             "{:<34} {:>10.1} {:>10.1} {:>9.2}%",
@@ -441,7 +457,7 @@ fn parse_ctl(b: &[u8]) -> Option<(u32, u32, u64)> {
 /// Phases: (message size, 0 = full datagrams; datagram lengths).
 fn phases(mtu: usize) -> Vec<(usize, Vec<usize>)> {
     let mut v = vec![(0, vec![mtu])];
-    v.extend((16..=22).map(|s| (1usize << s, message_datagrams(1 << s, mtu))));
+    v.extend(message_sizes(mtu));
     v
 }
 
@@ -534,7 +550,7 @@ fn serve(addr_file: &str) {
         if let Some((phase, n, bytes, first, last, true)) = cur {
             if t.saturating_sub(last.max(idle_since)) > 100_000_000 {
                 let (msg, lens) = &plan[(phase as usize).min(plan.len() - 1)];
-                let sent = (STREAM_COUNT / lens.len() as u64).max(1) * lens.len() as u64;
+                let sent = whole_messages(lens);
                 let secs = (last.saturating_sub(first)).max(1) as f64 / 1e9;
                 let name = if *msg == 0 {
                     format!("stream across hosts ({data_mtu} B)")
@@ -585,7 +601,7 @@ fn stream_to(addr_file: &str) {
     let plan = phases(m.channel_mtu(Channel::Data));
     for (phase, (msg, lens)) in plan.iter().enumerate() {
         say(&mut m, &mut out, ctl(CTL_START, phase as u32, *msg as u64));
-        let count = (STREAM_COUNT / lens.len() as u64).max(1) * lens.len() as u64;
+        let count = whole_messages(lens);
         for i in 0..count {
             send(
                 &mut m,
