@@ -307,7 +307,13 @@ impl ModuleState {
     /// Read completions of both channels and feed them to the core.
     pub fn collect(&mut self, now: Instant, out: &mut Vec<Upcall>) -> usize {
         let mut n = 0;
+        let mut answer_first = false;
         for ch in CHANNELS {
+            if answer_first {
+                // A request arrived while we waited: the PML hears of it before another
+                // system call looks at the data channel (polled on the next pass).
+                break;
+            }
             if ch == Channel::Data && self.data_empty >= DATA_QUIET_AFTER {
                 self.data_skipped += 1;
                 if self.data_skipped < DATA_QUIET_POLL_EVERY {
@@ -326,7 +332,9 @@ impl ModuleState {
             } else {
                 self.fabric.poll_first(ch, &mut comps)
             };
-            self.draining[ci] = comps.iter().any(|c| matches!(c, Completion::Recv { .. }));
+            let received = comps.iter().any(|c| matches!(c, Completion::Recv { .. }));
+            answer_first = received && !self.draining[ci];
+            self.draining[ci] = received;
             if let Err(e) = polled {
                 log::error(&format!("completion queue of channel {ch:?} failed: {e}"));
             }
