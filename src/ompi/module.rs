@@ -25,7 +25,8 @@ const CQ_BATCH: usize = 64;
 /// Segment payloads at least this long are sent from where they lie (`fi_sendv` of header
 /// and payload) instead of being copied behind the header first.
 const GATHER_MIN: usize = 4096;
-/// Cookies with this bit are inline sends (no descriptor): counted, never called back.
+/// Cookies with this bit are inline sends (no descriptor): counted, never called back; the
+/// bits below it are the send's size.
 const INLINE_COOKIE: u64 = 1 << 63;
 /// A module without peers is polled on every this many progress calls only (each poll of the
 /// udp provider costs a recvmsg per channel).
@@ -111,9 +112,6 @@ pub struct ModuleState {
     pending_tx: [Option<(BufId, usize, PeerId)>; 2],
     /// Bytes completed to the PML at submission and not yet acknowledged.
     pub inline_backlog: usize,
-    /// Sizes of in-flight inline sends, by cookie sequence (for the backlog).
-    inline_sizes: crate::proto::IdMap<u64, usize>,
-    next_inline: u64,
     pub finalized: bool,
     pub stats_base: Stats,
     /// Upcalls collected by the ACK helper thread, run by the next progress call.
@@ -165,8 +163,6 @@ impl ModuleState {
             completions: Vec::with_capacity(CQ_BATCH),
             pending_tx: [None, None],
             inline_backlog: 0,
-            inline_sizes: Default::default(),
-            next_inline: 0,
             finalized: false,
             stats_base: Stats::default(),
             deferred: Vec::new(),
@@ -229,18 +225,11 @@ impl ModuleState {
             .map_or(core::ptr::null_mut(), |s| s.endpoint)
     }
 
-    /// A cookie for a send completed inline, remembering its size for the backlog.
+    /// A cookie for a send completed inline; its size joins the backlog until the core
+    /// completes it.
     pub fn inline_cookie(&mut self, len: usize) -> Cookie {
-        self.next_inline = self.next_inline.wrapping_add(1) & !INLINE_COOKIE;
-        self.inline_sizes.insert(self.next_inline, len);
         self.inline_backlog += len;
-        Cookie(INLINE_COOKIE | self.next_inline)
-    }
-
-    fn inline_done(&mut self, cookie: u64) {
-        if let Some(len) = self.inline_sizes.remove(&(cookie & !INLINE_COOKIE)) {
-            self.inline_backlog = self.inline_backlog.saturating_sub(len);
-        }
+        inline_cookie_of(len)
     }
 
     /// Turn core events into upcalls (and handle the ones that need no Open MPI call).
@@ -258,8 +247,8 @@ impl ModuleState {
                     }
                 }
                 Event::SendComplete { cookie, result, .. } => {
-                    if cookie.0 & INLINE_COOKIE != 0 {
-                        self.inline_done(cookie.0);
+                    if let Some(len) = inline_len(cookie) {
+                        self.inline_backlog = self.inline_backlog.saturating_sub(len);
                     } else if cookie.0 != 0 {
                         out.push(Upcall::SendDone {
                             frag: cookie.0 as *mut Frag,
@@ -546,6 +535,17 @@ impl ModuleState {
             log::error(&format!("reposting receive buffers failed: {e}"));
         }
     }
+}
+
+/// The cookie of an inline send carries its size, so completing it needs no table entry per
+/// tiny message; descriptor cookies are addresses, which never have the top bit set.
+fn inline_cookie_of(len: usize) -> Cookie {
+    Cookie(INLINE_COOKIE | (len as u64 & !INLINE_COOKIE))
+}
+
+/// The size of an inline send's cookie; `None` for a descriptor's cookie.
+fn inline_len(cookie: Cookie) -> Option<usize> {
+    (cookie.0 & INLINE_COOKIE != 0).then_some((cookie.0 & !INLINE_COOKIE) as usize)
 }
 
 fn failure_code(r: Result<(), Failure>) -> i32 {
@@ -853,6 +853,16 @@ fn deliver_descriptor(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn inline_cookies_carry_their_size_and_descriptor_cookies_none() {
+        for len in [0, 1, 768, 525_312, 32 << 20] {
+            assert_eq!(inline_len(inline_cookie_of(len)), Some(len));
+        }
+        let frag = Box::new(0u64);
+        assert_eq!(inline_len(Cookie(&*frag as *const u64 as u64)), None);
+        assert_eq!(inline_len(Cookie(0)), None);
+    }
 
     #[test]
     fn fi_etrunc_is_libfabrics_truncation_code() {
