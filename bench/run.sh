@@ -361,9 +361,10 @@ bench_args() {  # bench -> program + size arguments
 # the machine's load spread over every configuration. A (config, bench) pair that fails is retried up to
 # two extra times; after two failures without a success it is given up (reported with the error).
 declare -A OKS FAILS TIMEOUTS
-run_mpi_scenario() {  # scenario "benches" timeout [extra mca args per config via LOSS_MCA]
-    local scen=$1 benches=$2 tmo=$3 rep cfg b key prog
+run_mpi_scenario() {  # scenario "benches" timeout [hook run with the repetition before its jobs]
+    local scen=$1 benches=$2 tmo=$3 hook=${4:-} rep cfg b key prog
     for ((rep = 1; rep <= REPS + 2; rep++)); do
+        if [ -n "$hook" ] && ((rep <= REPS)); then "$hook" "$rep"; fi
         for b in $benches; do
             for cfg in ${CONFIGS//,/ }; do
                 key="$scen/$cfg/$b"
@@ -415,45 +416,58 @@ fpp_once() {  # rep size-arg
     run_job clean raw_floor "fi_pingpong_S$sarg" "$rep" 120 "${cli[@]}" fi_pingpong -p udp -e dgram -I "$FPP_ITERS" -S "$sarg" -P "$port" "$addr"
     wait "$srv_pid" 2>/dev/null || true
 }
-run_floor() {
-    local rep
-    for ((rep = 1; rep <= REPS; rep++)); do
-        fpp_once "$rep" all
-        if ((DGRAM_SIZE <= PROV_MAX)); then
-            fpp_once "$rep" "$DGRAM_SIZE"
-        elif ((rep == 1)); then
-            record_skip clean raw_floor "fi_pingpong_S$DGRAM_SIZE" "fi_pingpong cannot send $DGRAM_SIZE-byte datagrams (udp provider max_msg_size $PROV_MAX)"
-        fi
-    done
+floor_rep() {  # rep
+    fpp_once "$1" all
+    if ((DGRAM_SIZE <= PROV_MAX)); then
+        fpp_once "$1" "$DGRAM_SIZE"
+    elif (($1 == 1)); then
+        record_skip clean raw_floor "fi_pingpong_S$DGRAM_SIZE" "fi_pingpong cannot send $DGRAM_SIZE-byte datagrams (udp provider max_msg_size $PROV_MAX)"
+    fi
 }
 
-run_raw_stream() {
+# The raw streaming test is compiled once, outside the timed jobs (cargo bench --no-run); RAW_EXE is
+# its executable across netns hosts. Sets RAW_STREAM_OK.
+RAW_STREAM_OK=0 RAW_EXE=""
+prepare_raw_stream() {
     if ! ((HAVE_RAW_STREAM)); then
         record_skip clean raw_stream raw_datagram "not available: no raw_datagram bench in this tree (branch fabric adds it)"
         return
     fi
-    local rep iters
-    iters=$( ((QUICK)) && echo 2000 || echo 10000 )
-    local -a cmd pre=()
+    local -a cmd
     read -ra cmd <<<"$RAW_DGRAM_CMD"
-    # The bench is compiled once, outside the timed job (cargo bench --no-run).
     (cd "$ROOT" && "${cmd[@]}" --no-run >"$RAW/raw_stream_build.log" 2>&1) ||
         { record_skip clean raw_stream raw_datagram "build failed: $(grep -m1 -E '^error' "$RAW/raw_stream_build.log" | cut -c1-150)"; return; }
     if ((NETNS)); then
+        RAW_EXE=$(grep -oE 'target/[a-z]+/deps/raw_datagram-[0-9a-f]+' "$RAW/raw_stream_build.log" | head -1)
+        [ -n "$RAW_EXE" ] || { record_skip clean raw_stream raw_datagram "no executable named in $RAW/raw_stream_build.log"; return; }
+    fi
+    RAW_STREAM_OK=1
+}
+
+raw_stream_rep() {  # rep
+    ((RAW_STREAM_OK)) || return 0
+    if ((NETNS)); then
         # Across namespaces: one process per host, so the datagrams cross veth and bridge as the
         # BTL's do (two threads in h1 would take the kernel's cheaper local path).
-        local exe
-        exe=$(grep -oE 'target/[a-z]+/deps/raw_datagram-[0-9a-f]+' "$RAW/raw_stream_build.log" | head -1)
-        [ -n "$exe" ] || { record_skip clean raw_stream raw_datagram "no executable named in $RAW/raw_stream_build.log"; return; }
-        for ((rep = 1; rep <= REPS; rep++)); do
-            run_job clean raw_stream raw_datagram "$rep" 300 "$BENCH/raw-across-hosts.sh" "$NETNS_CLUSTER" "$ROOT/$exe"
-        done
+        run_job clean raw_stream raw_datagram "$1" 300 "$BENCH/raw-across-hosts.sh" "$NETNS_CLUSTER" "$ROOT/$RAW_EXE"
         return
     fi
-    for ((rep = 1; rep <= REPS; rep++)); do
-        (cd "$ROOT" && run_job clean raw_stream raw_datagram "$rep" 600 "${pre[@]}" \
-            env USNIC_BENCH_ITERS="$iters" RAW_DGRAM_SIZE="$DGRAM_SIZE" "${cmd[@]}")
-    done
+    local iters
+    iters=$( ((QUICK)) && echo 2000 || echo 10000 )
+    local -a cmd
+    read -ra cmd <<<"$RAW_DGRAM_CMD"
+    (cd "$ROOT" && run_job clean raw_stream raw_datagram "$1" 600 \
+        env USNIC_BENCH_ITERS="$iters" RAW_DGRAM_SIZE="$DGRAM_SIZE" "${cmd[@]}")
+}
+
+# Each repetition of the floors runs right before the same repetition of the MPI jobs: this VM
+# drifts between a fast and a slow state over minutes (usnic and tcp bandwidth moved together by
+# 25 % between repetitions), and floors measured in one block before them made the ratios depend
+# on which state each block fell in.
+floors_rep() {  # rep
+    say "   -- repetition $1: raw floors, then the MPI jobs"
+    floor_rep "$1"
+    raw_stream_rep "$1"
 }
 
 run_netpipe() {
@@ -470,12 +484,10 @@ run_netpipe() {
 }
 
 declare -A SCEN_SKIP SCEN_MCA
-say "== raw datagram floor (fi_pingpong -p udp -e dgram, $FPP_ITERS iterations, -S all and -S $DGRAM_SIZE)"
-run_floor
-say "== raw datagram streaming"
-run_raw_stream
-say "== MPI micro-benchmarks, clean network (binding: $BINDING)"
-run_mpi_scenario clean "latency bw bibw mr" "$JOB_TIMEOUT"
+prepare_raw_stream
+say "== MPI micro-benchmarks, clean network (binding: $BINDING), each repetition after the same repetition of"
+say "   the raw floors: fi_pingpong -p udp -e dgram ($FPP_ITERS iterations, -S all and -S $DGRAM_SIZE) and raw streaming"
+run_mpi_scenario clean "latency bw bibw mr" "$JOB_TIMEOUT" floors_rep
 say "== NetPIPE (NPopenmpi -p 0 -u $NP_MAX), one run per configuration"
 run_netpipe
 
