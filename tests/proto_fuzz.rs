@@ -52,7 +52,7 @@ fn corpus(seed: u64) -> Vec<Vec<u8>> {
                         } = ev
                         {
                             let d = if region == 2 {
-                                Ok(vec![3; len as usize])
+                                Ok(vec![3; len as usize].into())
                             } else {
                                 Err(())
                             };
@@ -269,7 +269,7 @@ fn forged_headers_with_valid_identity_never_panic() {
             } = ev
             {
                 let d = if len < 10_000 && rng.below(2) == 0 {
-                    Ok(vec![0; len as usize])
+                    Ok(vec![0; len as usize].into())
                 } else {
                     Err(())
                 };

@@ -614,7 +614,7 @@ fn put_lands_as_writes_and_get_round_trip() {
         }] => *request,
         e => panic!("{e:?}"),
     };
-    p.b.answer_get(us(71), p.ba, req, Ok(mem[2000..5000].to_vec()));
+    p.b.answer_get(us(71), p.ba, req, Ok(mem[2000..5000].to_vec().into()));
     let mut local = vec![0u8; 4000];
     for d in tx(&mut p.b, us(71), Channel::Data) {
         match p.a.handle_datagram(us(80), Channel::Data, &d) {
@@ -641,6 +641,86 @@ fn put_lands_as_writes_and_get_round_trip() {
     assert_eq!(&local[10..3010], &mem[2000..5000]);
 }
 
+/// Bytes lent by `owner` that must not be read once `released` is set.
+#[derive(Debug)]
+struct Guarded {
+    owner: u64,
+    bytes: Vec<u8>,
+    released: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Lent for Guarded {
+    fn pieces(&self) -> [&[u8]; 2] {
+        assert!(
+            !self.released.load(std::sync::atomic::Ordering::SeqCst),
+            "lent bytes read after their owner let go"
+        );
+        [&self.bytes, &[]]
+    }
+    fn owner(&self) -> u64 {
+        self.owner
+    }
+}
+
+#[test]
+fn a_lent_get_reply_is_copied_when_its_owner_lets_go_and_resent_from_the_copy() {
+    let mut p = pair();
+    p.a.submit_get(us(0), p.ab, 42, 0, 8, 0, 3000, Cookie(2))
+        .unwrap();
+    for d in tx(&mut p.a, us(0), Channel::Data) {
+        p.b.handle_datagram(us(10), Channel::Data, &d);
+    }
+    let req = match events(&mut p.b).as_slice() {
+        [Event::GetRequest { request, .. }] => *request,
+        e => panic!("{e:?}"),
+    };
+    let mem: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
+    let released = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let lent = Guarded {
+        owner: 42,
+        bytes: mem.clone(),
+        released: released.clone(),
+    };
+    p.b.answer_get(
+        us(11),
+        p.ba,
+        req,
+        Ok(Payload::from(Box::new(lent) as Box<dyn Lent>)),
+    );
+    let lost = tx(&mut p.b, us(11), Channel::Data);
+    assert!(lost.len() >= 2, "several segments, all lost");
+    // The owner lets go (the PML deregisters) before the reply is acknowledged.
+    assert_eq!(p.b.own_lent(7), 0, "another owner's bytes stay lent");
+    assert_eq!(p.b.own_lent(42), 1);
+    released.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(p.b.own_lent(42), 0, "already a copy");
+    // The resends come from the copy, byte for byte.
+    p.b.handle_timeout(us(10_000));
+    let mut local = vec![0u8; 3000];
+    for d in tx(&mut p.b, us(10_000), Channel::Data) {
+        match p.a.handle_datagram(us(10_010), Channel::Data, &d) {
+            RxOutcome::Write {
+                region: 8,
+                offset,
+                payload,
+                ..
+            } => {
+                local[offset as usize..offset as usize + payload.len()].copy_from_slice(&d[payload])
+            }
+            o => panic!("{o:?}"),
+        }
+    }
+    assert_eq!(local, mem);
+    assert_eq!(
+        events(&mut p.a),
+        vec![Event::GetComplete {
+            peer: p.ab,
+            cookie: Cookie(2),
+            result: Ok(())
+        }]
+    );
+}
+
 #[test]
 fn refused_write_of_a_get_reply_fails_the_get() {
     let mut p = pair();
@@ -653,7 +733,7 @@ fn refused_write_of_a_get_reply_fails_the_get() {
         [Event::GetRequest { request, .. }] => *request,
         e => panic!("{e:?}"),
     };
-    p.b.answer_get(us(11), p.ba, req, Ok(vec![1; 10]));
+    p.b.answer_get(us(11), p.ba, req, Ok(vec![1; 10].into()));
     let d = tx(&mut p.b, us(11), Channel::Data);
     assert!(matches!(
         p.a.handle_datagram(us(20), Channel::Data, &d[0]),
@@ -747,8 +827,8 @@ fn get_answered_with_wrong_length_is_refused() {
         [Event::GetRequest { request, .. }] => *request,
         e => panic!("{e:?}"),
     };
-    p.b.answer_get(us(11), p.ba, req, Ok(vec![1; 9]));
-    p.b.answer_get(us(11), p.ba, req, Ok(vec![1; 10])); // a second answer is ignored
+    p.b.answer_get(us(11), p.ba, req, Ok(vec![1; 9].into()));
+    p.b.answer_get(us(11), p.ba, req, Ok(vec![1; 10].into())); // a second answer is ignored
     assert_eq!(p.b.stats().refused_gets, 1, "counted on the target");
     assert_eq!(p.a.stats().refused_gets, 0);
     let d = tx(&mut p.b, us(11), Channel::Data);

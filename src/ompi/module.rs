@@ -8,7 +8,8 @@ use std::cell::{Cell, RefCell};
 
 use crate::fabric::{self, BufId, Completion, Op, PeerAddr};
 use crate::proto::{
-    Body, Channel, Cookie, Engine, Event, Failure, Instant, PeerId, Piece, RxOutcome, Stats,
+    Body, Channel, Cookie, Engine, Event, Failure, Instant, Payload, PeerId, Piece, RxOutcome,
+    Stats,
 };
 
 use super::endpoint::Endpoint;
@@ -16,7 +17,7 @@ use super::frag::{Frag, FragPool};
 use super::help::show_help;
 use super::log;
 use super::modex::ModexEntry;
-use super::rdma::{RdmaOp, Regions};
+use super::rdma::{RdmaOp, RegionLent, Regions};
 use super::status::*;
 use super::sys;
 
@@ -225,6 +226,19 @@ impl ModuleState {
             .map_or(core::ptr::null_mut(), |s| s.endpoint)
     }
 
+    /// Memory peers may no longer touch. GET replies still reading it are given a copy
+    /// first (the PML deregisters once the requester reports the GET done, which can come
+    /// before the last reply segment is acknowledged).
+    pub fn forget_region(&mut self, id: u64) {
+        let copied = self.engine.own_lent(id);
+        if copied > 0 {
+            log::verbose(10, || {
+                format!("region {id:#x} forgotten: {copied} GET replies copied out")
+            });
+        }
+        self.regions.remove_region(id);
+    }
+
     /// A cookie for a send completed inline; its size joins the backlog until the core
     /// completes it.
     pub fn inline_cookie(&mut self, len: usize) -> Cookie {
@@ -269,13 +283,17 @@ impl ModuleState {
                     offset,
                     len,
                 } => {
+                    // Sent from where it lies: a copy cost a fresh allocation, page faults
+                    // included, per GET (4 MiB bandwidth 1.6 against 10 GB/s).
                     let answer = usize::try_from(len)
                         .ok()
                         .and_then(|len| Some((self.regions.locate(region, offset, len)?, len)))
                         .map(|(src, len)| {
-                            // SAFETY: `locate` checked that [src, src + len) lies inside memory
-                            // the PML registered for remote access on this module.
-                            unsafe { core::slice::from_raw_parts(src, len) }.to_vec()
+                            // SAFETY: `locate` checked that [src, src + len) lies inside live
+                            // region `region`; `forget_region` copies the reply's bytes out
+                            // before that region goes.
+                            let lent = unsafe { RegionLent::new(region, src, len) };
+                            Payload::from(Box::new(lent) as Box<dyn crate::proto::Lent>)
                         })
                         .ok_or(());
                     self.engine.answer_get(now, peer, request, answer);

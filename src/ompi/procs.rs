@@ -364,7 +364,7 @@ fn remove_peers(m: &ModuleCell, peers: &[crate::proto::PeerId]) {
             // SAFETY: an operation the core just failed; nobody else holds it.
             let op = unsafe { Box::from_raw(op) };
             if let Some(t) = op.temp_region {
-                st.regions.remove_region(t);
+                st.forget_region(t);
             }
             continue;
         }

@@ -81,6 +81,42 @@ impl Regions {
     }
 }
 
+/// The bytes a GET asked for, lent to the reply where they lie in the registered region.
+#[derive(Debug)]
+pub struct RegionLent {
+    region: u64,
+    ptr: *const u8,
+    len: usize,
+}
+
+// SAFETY: only read, and only by the engine, which lives under the module lock.
+unsafe impl Send for RegionLent {}
+
+impl RegionLent {
+    /// # Safety
+    /// `[ptr, ptr + len)` must lie inside live region `region` of this module, which must stay
+    /// registered until the reply is acknowledged or `ModuleState::forget_region` copies the
+    /// bytes out of it (it does before the region goes).
+    pub unsafe fn new(region: u64, ptr: *const u8, len: usize) -> RegionLent {
+        RegionLent { region, ptr, len }
+    }
+}
+
+impl crate::proto::Lent for RegionLent {
+    fn pieces(&self) -> [&[u8]; 2] {
+        // SAFETY: per `new`'s contract the bytes are inside a region that is still registered
+        // (a region is never forgotten while a reply still lends from it).
+        [
+            unsafe { core::slice::from_raw_parts(self.ptr, self.len) },
+            &[],
+        ]
+    }
+
+    fn owner(&self) -> u64 {
+        self.region
+    }
+}
+
 /// One PUT or GET in flight: everything its completion callback needs.
 pub struct RdmaOp {
     pub cb: sys::mca_btl_base_rdma_completion_fn_t,
@@ -110,7 +146,7 @@ pub fn deregister(m: &ModuleCell, h: *mut RegHandle) -> i32 {
     }
     // SAFETY: the PML returns a handle `register` made, exactly once.
     let h = unsafe { Box::from_raw(h) };
-    m.state.borrow_mut().regions.remove(h.region);
+    m.state.borrow_mut().forget_region(h.region);
     OPAL_SUCCESS
 }
 
@@ -234,7 +270,7 @@ pub fn get(m: &ModuleCell, a: RdmaArgs) -> i32 {
             OPAL_SUCCESS
         }
         Err(_) => {
-            st.regions.remove(temp);
+            st.forget_region(temp);
             // SAFETY: never handed to the core.
             drop(unsafe { Box::from_raw(op) });
             OPAL_ERR_UNREACH
@@ -247,7 +283,7 @@ pub fn complete(m: &ModuleCell, op: *mut RdmaOp, status: i32) {
     // SAFETY: the cookie was made by put/get from a live box; each completes exactly once.
     let op = unsafe { Box::from_raw(op) };
     if let Some(t) = op.temp_region {
-        m.state.borrow_mut().regions.remove(t);
+        m.state.borrow_mut().forget_region(t);
     }
     if let Some(cb) = op.cb {
         // SAFETY: the PML's RDMA completion callback with the arguments btl.h prescribes.

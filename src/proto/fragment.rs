@@ -133,6 +133,10 @@ impl OpSlab {
         Some(op)
     }
 
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Op> {
+        self.slots.iter_mut().flatten()
+    }
+
     pub fn live(&self) -> usize {
         self.live
     }

@@ -11,6 +11,13 @@
 /// the user's data).
 pub trait Lent: Send + core::fmt::Debug {
     fn pieces(&self) -> [&[u8]; 2];
+
+    /// Who can take the bytes back before the operation completes (0: nobody). An owner that
+    /// must let go early (memory deregistered while a GET reply still reads it) calls
+    /// `Engine::own_lent` first, which copies what is still lent from it.
+    fn owner(&self) -> u64 {
+        0
+    }
 }
 
 #[derive(Debug)]
@@ -54,6 +61,22 @@ impl Payload {
         let [a, b] = self.slices(off, dst.len());
         dst[..a.len()].copy_from_slice(a);
         dst[a.len()..].copy_from_slice(b);
+    }
+
+    /// Replaces bytes lent by `owner` with a copy of them; true if it did.
+    pub fn own(&mut self, owner: u64) -> bool {
+        let Payload::Lent(l) = self else {
+            return false;
+        };
+        if owner == 0 || l.owner() != owner {
+            return false;
+        }
+        let [a, b] = l.pieces();
+        let mut v = Vec::with_capacity(a.len() + b.len());
+        v.extend_from_slice(a);
+        v.extend_from_slice(b);
+        *self = Payload::Owned(v);
+        true
     }
 
     /// The buffer behind owned bytes (for reuse); lent bytes go back to nobody.
@@ -107,6 +130,30 @@ mod tests {
         }
         assert!(lent.into_buffer().is_none());
         assert_eq!(owned.into_buffer(), Some(whole));
+    }
+
+    #[derive(Debug)]
+    struct Owned(u64, Vec<u8>);
+    impl Lent for Owned {
+        fn pieces(&self) -> [&[u8]; 2] {
+            [&self.1, &[]]
+        }
+        fn owner(&self) -> u64 {
+            self.0
+        }
+    }
+
+    #[test]
+    fn own_copies_only_what_its_owner_lent() {
+        let mut p = Payload::from(Box::new(Owned(7, vec![1, 2, 3])) as Box<dyn Lent>);
+        assert!(!p.own(8), "another owner");
+        assert!(!p.own(0), "0 owns nothing");
+        assert!(matches!(p, Payload::Lent(_)));
+        assert!(p.own(7));
+        assert!(matches!(&p, Payload::Owned(v) if v == &[1, 2, 3]));
+        assert!(!p.own(7), "already a copy");
+        let mut anon = Payload::from(Box::new(Two(vec![1], vec![2])) as Box<dyn Lent>);
+        assert!(!anon.own(0), "lent without an owner stays lent");
     }
 
     #[test]

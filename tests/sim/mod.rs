@@ -510,7 +510,7 @@ impl Sim {
                             Some(m)
                                 if offset.checked_add(len).is_some_and(|e| e <= m.len() as u64) =>
                             {
-                                Ok(m[offset as usize..(offset + len) as usize].to_vec())
+                                Ok(m[offset as usize..(offset + len) as usize].to_vec().into())
                             }
                             _ => Err(()),
                         }

@@ -159,12 +159,13 @@ impl Engine {
 
     /// Answer an `Event::GetRequest`: `Ok(data)` sends the bytes back, `Err(())` refuses.
     /// Data of another length than requested is refused too. Unknown requests are ignored.
+    /// Lent bytes are read until the reply is acknowledged (or copied by `own_lent`).
     pub fn answer_get(
         &mut self,
         now: Instant,
         peer: PeerId,
         request: u32,
-        data: Result<Vec<u8>, ()>,
+        data: Result<Payload, ()>,
     ) {
         self.commit_write();
         self.touch(now);
@@ -185,6 +186,18 @@ impl Engine {
             }
         };
         self.enqueue(now, peer.0, op, false);
+    }
+
+    /// Copies every operation's bytes still lent by `owner` (`Lent::owner`), so the owner may
+    /// let go of them now; returns how many operations it copied.
+    pub fn own_lent(&mut self, owner: u64) -> usize {
+        let mut n = 0;
+        for p in self.peers.iter_mut().flatten() {
+            for op in p.ops.iter_mut() {
+                n += usize::from(op.data.own(owner));
+            }
+        }
+        n
     }
 
     /// The edge refused the `RxOutcome::Write` the immediately preceding `handle_datagram`
