@@ -203,7 +203,7 @@ fn every_parameter_has_help() {
         ("verbose", "0"),
         ("ack_thread", "true"),
         ("rto_min", "0"),
-        ("rdma", "get"),
+        ("rdma", "none"),
         ("fault_seed", "0"),
         ("fault_send_drop", "0.000000"),
         ("fault_send_dup", "0.000000"),
