@@ -641,6 +641,29 @@ fn put_lands_as_writes_and_get_round_trip() {
     assert_eq!(&local[10..3010], &mem[2000..5000]);
 }
 
+/// A asks B (sent at `t.0`, arriving at `t.1`) for `len` bytes at offset 0 of B's region
+/// `regions.0`, into offset 0 of A's region `regions.1`; returns the request B sees.
+fn get_request(p: &mut Pair, t: (u64, u64), regions: (u64, u64), len: u64, cookie: u64) -> u32 {
+    p.a.submit_get(
+        us(t.0),
+        p.ab,
+        regions.0,
+        0,
+        regions.1,
+        0,
+        len,
+        Cookie(cookie),
+    )
+    .unwrap();
+    for d in tx(&mut p.a, us(t.0), Channel::Data) {
+        p.b.handle_datagram(us(t.1), Channel::Data, &d);
+    }
+    match events(&mut p.b).as_slice() {
+        [Event::GetRequest { request, .. }] => *request,
+        e => panic!("{e:?}"),
+    }
+}
+
 /// Bytes lent by `owner` that must not be read once `released` is set.
 #[derive(Debug)]
 struct Guarded {
@@ -665,15 +688,7 @@ impl Lent for Guarded {
 #[test]
 fn a_lent_get_reply_is_copied_when_its_owner_lets_go_and_resent_from_the_copy() {
     let mut p = pair();
-    p.a.submit_get(us(0), p.ab, 42, 0, 8, 0, 3000, Cookie(2))
-        .unwrap();
-    for d in tx(&mut p.a, us(0), Channel::Data) {
-        p.b.handle_datagram(us(10), Channel::Data, &d);
-    }
-    let req = match events(&mut p.b).as_slice() {
-        [Event::GetRequest { request, .. }] => *request,
-        e => panic!("{e:?}"),
-    };
+    let req = get_request(&mut p, (0, 10), (42, 8), 3000, 2);
     let mem: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
     let released = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let lent = Guarded {
@@ -724,15 +739,7 @@ fn a_lent_get_reply_is_copied_when_its_owner_lets_go_and_resent_from_the_copy() 
 #[test]
 fn refused_write_of_a_get_reply_fails_the_get() {
     let mut p = pair();
-    p.a.submit_get(us(0), p.ab, 1, 0, 2, 0, 10, Cookie(5))
-        .unwrap();
-    for d in tx(&mut p.a, us(0), Channel::Data) {
-        p.b.handle_datagram(us(10), Channel::Data, &d);
-    }
-    let req = match events(&mut p.b).as_slice() {
-        [Event::GetRequest { request, .. }] => *request,
-        e => panic!("{e:?}"),
-    };
+    let req = get_request(&mut p, (0, 10), (1, 2), 10, 5);
     p.b.answer_get(us(11), p.ba, req, Ok(vec![1; 10].into()));
     let d = tx(&mut p.b, us(11), Channel::Data);
     assert!(matches!(
@@ -818,15 +825,7 @@ fn one_failed_peer_leaves_the_others_alone_and_slots_are_reused() {
 #[test]
 fn get_answered_with_wrong_length_is_refused() {
     let mut p = pair();
-    p.a.submit_get(us(0), p.ab, 1, 0, 2, 0, 10, Cookie(5))
-        .unwrap();
-    for d in tx(&mut p.a, us(0), Channel::Data) {
-        p.b.handle_datagram(us(10), Channel::Data, &d);
-    }
-    let req = match events(&mut p.b).as_slice() {
-        [Event::GetRequest { request, .. }] => *request,
-        e => panic!("{e:?}"),
-    };
+    let req = get_request(&mut p, (0, 10), (1, 2), 10, 5);
     p.b.answer_get(us(11), p.ba, req, Ok(vec![1; 9].into()));
     p.b.answer_get(us(11), p.ba, req, Ok(vec![1; 10].into())); // a second answer is ignored
     assert_eq!(p.b.stats().refused_gets, 1, "counted on the target");
@@ -847,15 +846,7 @@ fn get_answered_with_wrong_length_is_refused() {
         }]
     );
     // The edge refusing outright (region not registered) is counted the same way.
-    p.a.submit_get(us(30), p.ab, 1, 0, 2, 0, 10, Cookie(6))
-        .unwrap();
-    for d in tx(&mut p.a, us(30), Channel::Data) {
-        p.b.handle_datagram(us(40), Channel::Data, &d);
-    }
-    let req = match events(&mut p.b).as_slice() {
-        [Event::GetRequest { request, .. }] => *request,
-        e => panic!("{e:?}"),
-    };
+    let req = get_request(&mut p, (30, 40), (1, 2), 10, 6);
     p.b.answer_get(us(41), p.ba, req, Err(()));
     assert_eq!(p.b.stats().refused_gets, 2);
 }
