@@ -64,12 +64,10 @@ impl Regions {
         id
     }
 
-    fn remove(&mut self, id: u64) {
-        self.map.remove(&id);
-    }
-
+    /// Called only by `ModuleState::forget_region`, which first copies what GET replies still
+    /// read from the region.
     pub fn remove_region(&mut self, id: u64) {
-        self.remove(id)
+        self.map.remove(&id);
     }
 
     /// Address of `[offset, offset + len)` inside region `id`, if entirely inside it.
@@ -332,7 +330,7 @@ mod tests {
         assert_eq!(r.locate(id, 100, 0), Some(0x1064 as *mut u8));
         assert_eq!(r.locate(id, u64::MAX, 1), None);
         assert_eq!(r.locate(id + 1, 0, 1), None);
-        r.remove(id);
+        r.remove_region(id);
         assert_eq!(r.locate(id, 0, 1), None);
     }
 
