@@ -425,17 +425,16 @@ floor_rep() {  # rep
     fi
 }
 
-# The raw streaming test is compiled once, outside the timed jobs (cargo bench --no-run); RAW_EXE is
-# its executable across netns hosts. Sets RAW_STREAM_OK.
-RAW_STREAM_OK=0 RAW_EXE=""
+# The raw streaming test is compiled once, outside the timed jobs (cargo bench --no-run); RAW_CMD is
+# its command on one host, RAW_EXE its executable across netns hosts. Sets RAW_STREAM_OK.
+RAW_STREAM_OK=0 RAW_EXE="" RAW_CMD=()
 prepare_raw_stream() {
     if ! ((HAVE_RAW_STREAM)); then
         record_skip clean raw_stream raw_datagram "not available: no raw_datagram bench in this tree (branch fabric adds it)"
         return
     fi
-    local -a cmd
-    read -ra cmd <<<"$RAW_DGRAM_CMD"
-    (cd "$ROOT" && "${cmd[@]}" --no-run >"$RAW/raw_stream_build.log" 2>&1) ||
+    read -ra RAW_CMD <<<"$RAW_DGRAM_CMD"
+    (cd "$ROOT" && "${RAW_CMD[@]}" --no-run >"$RAW/raw_stream_build.log" 2>&1) ||
         { record_skip clean raw_stream raw_datagram "build failed: $(grep -m1 -E '^error' "$RAW/raw_stream_build.log" | cut -c1-150)"; return; }
     if ((NETNS)); then
         RAW_EXE=$(grep -oE 'target/[a-z]+/deps/raw_datagram-[0-9a-f]+' "$RAW/raw_stream_build.log" | head -1)
@@ -454,10 +453,8 @@ raw_stream_rep() {  # rep
     fi
     local iters
     iters=$( ((QUICK)) && echo 2000 || echo 10000 )
-    local -a cmd
-    read -ra cmd <<<"$RAW_DGRAM_CMD"
     (cd "$ROOT" && run_job clean raw_stream raw_datagram "$1" 600 \
-        env USNIC_BENCH_ITERS="$iters" RAW_DGRAM_SIZE="$DGRAM_SIZE" "${cmd[@]}")
+        env USNIC_BENCH_ITERS="$iters" RAW_DGRAM_SIZE="$DGRAM_SIZE" "${RAW_CMD[@]}")
 }
 
 # Each repetition of the floors runs right before the same repetition of the MPI jobs: this VM
