@@ -737,6 +737,91 @@ fn a_lent_get_reply_is_copied_when_its_owner_lets_go_and_resent_from_the_copy() 
 }
 
 #[test]
+fn a_lent_put_source_is_copied_when_its_owner_lets_go_and_resent_from_the_copy() {
+    let mut p = pair();
+    let mem: Vec<u8> = (0..3000u32).map(|i| (i * 11) as u8).collect();
+    let released = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let lent = Guarded {
+        owner: 42,
+        bytes: mem.clone(),
+        released: released.clone(),
+    };
+    p.a.submit_put(
+        us(0),
+        p.ab,
+        9,
+        100,
+        Payload::from(Box::new(lent) as Box<dyn Lent>),
+        Cookie(4),
+    )
+    .unwrap();
+    let lost = tx(&mut p.a, us(0), Channel::Data);
+    assert!(lost.len() >= 2, "several segments, all lost");
+    // The PML deregisters the source before the PUT is acknowledged.
+    assert_eq!(p.a.own_lent(7), 0, "another owner's bytes stay lent");
+    assert_eq!(p.a.own_lent(42), 1);
+    released.store(true, std::sync::atomic::Ordering::SeqCst);
+    p.a.handle_timeout(us(10_000));
+    let mut target = vec![0u8; 3100];
+    for d in tx(&mut p.a, us(10_000), Channel::Data) {
+        match p.b.handle_datagram(us(10_010), Channel::Data, &d) {
+            RxOutcome::Write {
+                region: 9,
+                offset,
+                payload,
+                ..
+            } => target[offset as usize..offset as usize + payload.len()]
+                .copy_from_slice(&d[payload]),
+            o => panic!("{o:?}"),
+        }
+    }
+    assert_eq!(&target[100..], &mem[..]);
+    for a in tx(&mut p.b, us(10_010), Channel::Priority) {
+        p.a.handle_datagram(us(10_020), Channel::Priority, &a);
+    }
+    assert_eq!(
+        events(&mut p.a),
+        vec![Event::PutComplete {
+            peer: p.ab,
+            cookie: Cookie(4),
+            result: Ok(())
+        }]
+    );
+}
+
+#[test]
+fn the_last_segment_of_a_put_is_acknowledged_at_once() {
+    let mut p = pair();
+    p.a.submit_put(us(0), p.ab, 42, 0, vec![5; 5000], Cookie(1))
+        .unwrap();
+    let segs = tx(&mut p.a, us(0), Channel::Data);
+    assert!(segs.len() >= 3, "{} segments", segs.len());
+    for (i, d) in segs.iter().enumerate() {
+        assert!(matches!(
+            p.b.handle_datagram(us(10), Channel::Data, d),
+            RxOutcome::Write { region: 42, .. }
+        ));
+        let acks = tx(&mut p.b, us(10), Channel::Priority);
+        if i + 1 < segs.len() {
+            // In the middle the ACK waits for a reply to ride on (or ack_delay).
+            assert!(acks.is_empty(), "segment {i}: {} ACKs", acks.len());
+            continue;
+        }
+        // The origin's PML waits for the completion: the ACK leaves now, not after ack_delay.
+        assert_eq!(acks.len(), 1);
+        p.a.handle_datagram(us(20), Channel::Priority, &acks[0]);
+    }
+    assert_eq!(
+        events(&mut p.a),
+        vec![Event::PutComplete {
+            peer: p.ab,
+            cookie: Cookie(1),
+            result: Ok(())
+        }]
+    );
+}
+
+#[test]
 fn refused_write_of_a_get_reply_fails_the_get() {
     let mut p = pair();
     let req = get_request(&mut p, (0, 10), (1, 2), 10, 5);

@@ -178,6 +178,11 @@ impl Engine {
                 if plen == 0 {
                     return RxOutcome::Consumed;
                 }
+                if h.offset as usize + plen == h.total as usize {
+                    // The origin completes the PUT, and only then can its PML go on (ob1 sends
+                    // its FIN), when the last byte is acknowledged; no reply will carry this ACK.
+                    self.ack_now(pid);
+                }
                 self.last_write = Some(LastWrite::Put {
                     peer: pid,
                     id: h.id,

@@ -79,15 +79,17 @@ impl Engine {
     }
 
     /// Emulated PUT: `data` lands at `offset` of the peer's region `region` with no upcall there.
+    /// Lent bytes are read until the PUT completes (or `own_lent` copies them).
     pub fn submit_put(
         &mut self,
         now: Instant,
         peer: PeerId,
         region: u64,
         offset: u64,
-        data: Vec<u8>,
+        data: impl Into<Payload>,
         cookie: Cookie,
     ) -> Result<(), SubmitError> {
+        let data = data.into();
         self.commit_write();
         self.touch(now);
         self.usable_peer(peer)?;
