@@ -9,7 +9,7 @@ use core::ffi::c_void;
 use std::collections::HashMap;
 
 use crate::fabric;
-use crate::proto::{Cookie, PeerId};
+use crate::proto::{Cookie, Lent, Payload, PeerId};
 
 use super::endpoint::Endpoint;
 use super::module::ModuleCell;
@@ -77,11 +77,22 @@ impl Regions {
         let end = off.checked_add(len)?;
         (end <= r.len).then(|| (r.base + off) as *mut u8)
     }
+
+    /// Bytes `[offset, offset + len)` of region `id`, if entirely inside it, lent where they lie
+    /// (a GET reply, a PUT source): copying them cost a fresh allocation, page faults included,
+    /// per operation (4 MiB GET bandwidth 1.6 against 10 GB/s).
+    pub fn lend(&self, id: u64, offset: u64, len: usize) -> Option<Payload> {
+        let src = self.locate(id, offset, len)?;
+        // SAFETY: `locate` checked that [src, src + len) lies inside live region `id`;
+        // `ModuleState::forget_region` copies the bytes out before that region goes.
+        let lent = unsafe { RegionLent::new(id, src, len) };
+        Some(Payload::from(Box::new(lent) as Box<dyn Lent>))
+    }
 }
 
-/// The bytes a GET asked for, lent to the reply where they lie in the registered region.
+/// Bytes of a registered region lent to an operation where they lie.
 #[derive(Debug)]
-pub struct RegionLent {
+struct RegionLent {
     region: u64,
     ptr: *const u8,
     len: usize,
@@ -95,12 +106,12 @@ impl RegionLent {
     /// `[ptr, ptr + len)` must lie inside live region `region` of this module, which must stay
     /// registered until the reply is acknowledged or `ModuleState::forget_region` copies the
     /// bytes out of it (it does before the region goes).
-    pub unsafe fn new(region: u64, ptr: *const u8, len: usize) -> RegionLent {
+    unsafe fn new(region: u64, ptr: *const u8, len: usize) -> RegionLent {
         RegionLent { region, ptr, len }
     }
 }
 
-impl crate::proto::Lent for RegionLent {
+impl Lent for RegionLent {
     fn pieces(&self) -> [&[u8]; 2] {
         // SAFETY: per `new`'s contract the bytes are inside a region that is still registered
         // (a region is never forgotten while a reply still lends from it).
@@ -194,13 +205,6 @@ pub fn put(m: &ModuleCell, a: RdmaArgs) -> i32 {
     if a.local.is_null() && a.size > 0 {
         return OPAL_ERR_BAD_PARAM;
     }
-    let bytes = if a.size == 0 {
-        Vec::new()
-    } else {
-        // SAFETY: the PML's local buffer of `size` bytes, valid until the completion callback;
-        // copied now, so it may be reused as soon as the callback says so.
-        unsafe { core::slice::from_raw_parts(a.local as *const u8, a.size) }.to_vec()
-    };
     let op = Box::into_raw(Box::new(RdmaOp {
         cb: a.cb,
         context: a.context,
@@ -211,6 +215,7 @@ pub fn put(m: &ModuleCell, a: RdmaArgs) -> i32 {
         temp_region: None,
     }));
     let mut st = m.state.borrow_mut();
+    let bytes = put_source(&st.regions, &a);
     let now = fabric::now();
     match st
         .engine
@@ -227,6 +232,28 @@ pub fn put(m: &ModuleCell, a: RdmaArgs) -> i32 {
             OPAL_ERR_UNREACH
         }
     }
+}
+
+/// A PUT's source: lent from the PML's registration of it when it lies inside (the PML leaves
+/// the bytes alone until the completion callback), copied otherwise.
+fn put_source(regions: &Regions, a: &RdmaArgs) -> Payload {
+    if a.size == 0 {
+        return Payload::from(Vec::new());
+    }
+    if !a.local_handle.is_null() {
+        // SAFETY: a local handle is one `register` of a usnic module made (the PML registers
+        // with the BTL it puts through); a handle of another module names no region here.
+        let h = unsafe { *(a.local_handle as *const RegHandle) };
+        if let Some(lent) = (a.local as u64)
+            .checked_sub(h.base)
+            .and_then(|off| regions.lend(h.region, off, a.size))
+        {
+            return lent;
+        }
+    }
+    // SAFETY: the PML's local buffer of `size` bytes, valid until the completion callback;
+    // copied now, so it may be reused as soon as the callback says so.
+    Payload::from(unsafe { core::slice::from_raw_parts(a.local as *const u8, a.size) }.to_vec())
 }
 
 pub fn get(m: &ModuleCell, a: RdmaArgs) -> i32 {
