@@ -6,7 +6,11 @@ usage: summarize.py RAW_DIR OUT_DIR
 Reads RAW_DIR/meta.txt and RAW_DIR/jobs.tsv (every job with its exit status and raw output file), takes the
 median over the successful repetitions of every (scenario, configuration, benchmark, size), and writes
 OUT_DIR/summary.md (also printed) plus latency.png, bandwidth.png and, with loss runs, loss.png.
-Every ratio is between two medians from the same run. Targets are those of issue 5.
+Ratios of the clean scenario are paired: the median over the repetitions of subject(r) / reference(r), both
+measured in repetition r (the VM drifts between a fast and a slow state over minutes, and the jobs of one
+repetition run within a minute or two of each other). With fewer than MIN_PAIRED pairs, and for the loss
+fractions (lossy and clean blocks ran at different times), a ratio is one median over another from the same
+run. Targets are those of issue 5.
 """
 import csv
 import os
@@ -21,6 +25,8 @@ BIG_LO, BIG_HI = 64 * 1024, 4 * 1024 * 1024
 # Keys of the raw streaming series that are not message sizes: full datagrams one way, both ways.
 RAW_FULL, RAW_BIDIR = -1, -2
 LOSS_THRESHOLDS = {1.0: 0.7, 5.0: 0.4}
+# Fewest repetitions measured on both sides for a paired ratio; below it the ratio of medians stands in.
+MIN_PAIRED = 3
 CFG_ORDER = ["usnic", "tcp", "rxd", "vader"]
 CFG_LABEL = {
     "usnic": "usnic (ob1+btl usnic)",
@@ -131,12 +137,32 @@ def parse_job(raw, job, meta):
     return out
 
 
+def floors_paired_in_time(jobs):
+    """Whether repetition r of the raw floors ran right before repetition r of the MPI jobs (bench/run.sh
+    since 1c3fb43). Older runs measured every floor repetition in one block first, so their repetition
+    numbers pair nothing in time. jobs.tsv lists the jobs in the order they ran."""
+    mpi_rep = 0  # highest repetition of a clean MPI job so far
+    for j in jobs:
+        if j["scenario"] != "clean" or not j["rep"].isdigit():
+            continue
+        rep = int(j["rep"])
+        if j["config"] in ("raw_floor", "raw_stream"):
+            if rep > 1 and mpi_rep < rep - 1:
+                return False
+        else:
+            mpi_rep = max(mpi_rep, rep)
+    return True
+
+
 class Run:
     def __init__(self, raw):
         self.raw = raw
         self.meta = read_meta(raw)
         self.jobs = read_jobs(raw)
-        self.values = {}  # (scen, cfg, bench) -> {size: [values]}
+        # (scen, cfg, bench) -> {size: {rep: value}}: which repetition measured each value, for paired
+        # ratios. bench/run.sh numbers every job of a (scen, cfg, bench) differently (reruns count on
+        # above --reps), so a repetition has at most one value per size.
+        self.by_rep = {}
         self.status = {}  # (scen, cfg, bench) -> {"ok": n, "failed": [notes], "unavailable": reason}
         for j in self.jobs:
             key = (j["scenario"], j["config"], j["bench"])
@@ -157,7 +183,13 @@ class Run:
             except ValueError:
                 pass
             for size, v in vals.items():
-                self.values.setdefault(key, {}).setdefault(size, []).append(v)
+                self.by_rep.setdefault(key, {}).setdefault(size, {})[int(j["rep"])] = v
+        # (scen, cfg, bench) -> {size: [values]}: what medians, spreads and plots pool, in job order.
+        self.values = {k: {s: list(r.values()) for s, r in d.items()} for k, d in self.by_rep.items()}
+        # Why ratios to the raw floors cannot be paired in this run (None: they can).
+        self.floor_unpaired = None
+        if not floors_paired_in_time(self.jobs):
+            self.floor_unpaired = "floors ran in one block before the MPI jobs"
         self.subject = self.meta.get("subject", "usnic")
         self.configs = [c for c in CFG_ORDER if c in self.meta.get("configs", "").split(",")]
         self.loss = [] if self.meta.get("loss", "none") == "none" else [float(x) for x in self.meta["loss"].split(",")]
@@ -169,6 +201,10 @@ class Run:
     def series(self, scen, cfg, bench):
         d = self.values.get((scen, cfg, bench), {})
         return {s: statistics.median(v) for s, v in sorted(d.items())}
+
+    def reps(self, scen, cfg, bench):
+        """{size: {rep: value}}, sizes ascending."""
+        return dict(sorted(self.by_rep.get((scen, cfg, bench), {}).items()))
 
     def spread(self, scen, cfg, bench, size):
         v = self.values.get((scen, cfg, bench), {}).get(size)
@@ -187,17 +223,27 @@ class Run:
             return "job failed (%d run(s)): %s" % (len(st["failed"]), st["failed"][-1])
         return "no results"
 
-    def floor(self):
-        """Raw datagram floor: one-way µs per size, fi_pingpong -S all and -S <dgram> merged."""
-        out = {}
-        for (scen, cfg, bench), d in self.values.items():
+    def floor_reps(self):
+        """Raw datagram floor per repetition: {size: {rep: one-way µs}}, fi_pingpong -S all and -S <dgram>
+        of the same repetition merged; a size both of them measured (--dgram-size in -S all's list) gets
+        the mean of the two."""
+        both = {}
+        for (scen, cfg, bench), d in self.by_rep.items():
             if scen == "clean" and cfg == "raw_floor":
-                for s, v in d.items():
-                    out.setdefault(s, []).extend(v)
-        return {s: statistics.median(v) for s, v in sorted(out.items())}
+                for s, reps in d.items():
+                    for r, v in reps.items():
+                        both.setdefault(s, {}).setdefault(r, []).append(v)
+        return {s: {r: statistics.mean(v) for r, v in sorted(reps.items())} for s, reps in sorted(both.items())}
+
+    def floor(self):
+        """Raw datagram floor: one-way µs per size, the median over the repetitions of floor_reps."""
+        return {s: statistics.median(reps.values()) for s, reps in self.floor_reps().items()}
 
     def raw_stream(self):
         return self.series("clean", "raw_stream", "raw_datagram")
+
+    def raw_stream_reps(self):
+        return self.reps("clean", "raw_stream", "raw_datagram")
 
 
 def fmt(v, unit=""):
@@ -220,33 +266,66 @@ def fmt_size(s):
     return str(s)
 
 
-def ratios(num, den, sizes):
-    out = []
-    for s in sizes:
-        a, b = num.get(s), den.get(s)
-        if a is not None and b is not None and b > 0:
-            out.append((s, a / b))
-    return out
+class Ratio:
+    """Subject / reference at one size. per_rep: {rep: ratio} over the repetitions both sides measured;
+    of_medians: subject median / reference median. value is the median of per_rep, the paired ratio,
+    unless the repetitions do not pair (unpaired says why): then it is of_medians."""
+
+    def __init__(self, size, per_rep, of_medians, unpaired=None):
+        self.size, self.per_rep, self.of_medians = size, per_rep, of_medians
+        self.forced = unpaired  # a reason that holds whatever the count, passed on by over()
+        if unpaired is None and len(per_rep) < MIN_PAIRED:
+            unpaired = "only %d repetition%s measured on both sides" % (len(per_rep), "" if len(per_rep) == 1 else "s")
+        self.unpaired = unpaired
+        self.value = of_medians if unpaired else statistics.median(per_rep.values())
+
+    def over(self, other, unpaired=None):
+        """This ratio divided by another one, repetition by repetition (a ratio of ratios)."""
+        per = {r: v / other.per_rep[r] for r, v in self.per_rep.items() if other.per_rep.get(r)}
+        return Ratio(self.size, per, self.of_medians / other.of_medians, unpaired or self.forced or other.forced)
+
+    def spread(self):
+        """(min, max) of the per-repetition ratios, or None when they do not pair."""
+        return None if self.unpaired else (min(self.per_rep.values()), max(self.per_rep.values()))
 
 
-def judge(pairs, threshold, le, strict=False):
-    """pairs: [(size, ratio)]. Returns (worst (size, ratio), met) with 'worst' in the threshold's sense."""
-    if not pairs:
+def ratio_at(size, num, den, unpaired=None):
+    """num, den: {rep: value} at one size, or None. A Ratio, or None when either side has no value."""
+    if not num or not den:
+        return None
+    dm = statistics.median(den.values())
+    if dm <= 0:
+        return None
+    per = {r: v / den[r] for r, v in num.items() if den.get(r, 0) > 0}
+    return Ratio(size, per, statistics.median(num.values()) / dm, unpaired)
+
+
+def ratios(num, den, sizes, unpaired=None):
+    """num, den: {size: {rep: value}}. [Ratio] at the sizes both sides have."""
+    out = [ratio_at(s, num.get(s), den.get(s), unpaired) for s in sizes]
+    return [r for r in out if r is not None]
+
+
+def judge(rs, threshold, le, strict=False, key=lambda r: r.value):
+    """rs: [Ratio], judged on key (the paired value, or of_medians). Returns (worst Ratio, met) with
+    'worst' in the threshold's sense."""
+    if not rs:
         return None, None
-    worst = max(pairs, key=lambda p: p[1]) if le else min(pairs, key=lambda p: p[1])
+    worst = max(rs, key=key) if le else min(rs, key=key)
     if le:
-        met = all(r <= threshold for _, r in pairs)
+        met = all(key(r) <= threshold for r in rs)
     elif strict:
-        met = all(r > threshold for _, r in pairs)
+        met = all(key(r) > threshold for r in rs)
     else:
-        met = all(r >= threshold for _, r in pairs)
+        met = all(key(r) >= threshold for r in rs)
     return worst, met
 
 
 class Target:
-    def __init__(self, name, threshold, le, strict=False, report=False):
+    def __init__(self, name, threshold, le, strict=False, report=False, paired=True):
         self.name, self.threshold, self.le, self.strict = name, threshold, le, strict
         self.report = report  # shown for context, not one of issue 5's targets
+        self.paired = paired  # False: a ratio of medians by design (the loss fractions)
 
     def rule(self):
         if self.report:
@@ -257,16 +336,16 @@ class Target:
 
 
 def evaluate(run, cfg, target_id):
-    """Returns (pairs, missing_reason) for one target and one configuration acting as the subject."""
-    lat = lambda c: run.series("clean", c, "latency")
+    """Returns ([Ratio], missing_reason) for one target and one configuration acting as the subject."""
+    lat = lambda c: run.reps("clean", c, "latency")
     miss = lambda c, b: run.why_missing("clean", c, b)
     if target_id == "lat_floor":
         if miss(cfg, "latency"):
             return None, miss(cfg, "latency")
-        fl = run.floor()
+        fl = run.floor_reps()
         if not fl:
             return None, "raw floor (fi_pingpong) has no results"
-        return ratios(lat(cfg), fl, SMALL), None
+        return ratios(lat(cfg), fl, SMALL, run.floor_unpaired), None
     if target_id in ("lat_rxd", "lat_tcp"):
         peer = "rxd" if target_id == "lat_rxd" else "tcp"
         if cfg == peer:
@@ -280,38 +359,41 @@ def evaluate(run, cfg, target_id):
     if target_id == "bw_raw":
         if miss(cfg, "bw"):
             return None, miss(cfg, "bw")
-        rs = run.raw_stream()
+        rs = run.raw_stream_reps()
         if not rs:
             return None, "raw streaming: " + (run.why_missing("clean", "raw_stream", "raw_datagram") or "no results")
-        bw = run.series("clean", cfg, "bw")
+        bw = run.reps("clean", cfg, "bw")
         big = [s for s in bw if BIG_LO <= s <= BIG_HI]
         # Per message size where the raw test cut messages of that size into datagrams, as the
         # BTL must (65536 bytes are a full datagram and a short one); else its full-datagram stream.
         den = {s: rs.get(s, rs.get(RAW_FULL)) for s in big}
-        return ratios(bw, den, big), None
+        return ratios(bw, den, big, run.floor_unpaired), None
     if target_id == "bw_raw_full":
         if miss(cfg, "bw"):
             return None, miss(cfg, "bw")
-        rs = run.raw_stream()
+        rs = run.raw_stream_reps()
         if RAW_FULL not in rs:
             return None, "raw streaming: no full-datagram stream"
-        bw = run.series("clean", cfg, "bw")
+        bw = run.reps("clean", cfg, "bw")
         big = [s for s in bw if BIG_LO <= s <= BIG_HI]
-        return ratios(bw, {s: rs[RAW_FULL] for s in big}, big), None
+        return ratios(bw, {s: rs[RAW_FULL] for s in big}, big, run.floor_unpaired), None
     if target_id == "bibw_cores":
-        rs = run.raw_stream()
+        rs = run.raw_stream_reps()
         if RAW_BIDIR not in rs or RAW_FULL not in rs:
             return None, "raw streaming: no bidirectional stream"
         pairs, why = evaluate(run, cfg, "bibw")
         if why:
             return None, why
-        allowed = rs[RAW_BIDIR] / rs[RAW_FULL]
-        return [(s, r / allowed) for s, r in pairs], None
+        # Both ways over one way of the same raw job, then bibw/bw of repetition r over that of raw job r.
+        allowed = ratio_at(RAW_BIDIR, rs[RAW_BIDIR], rs[RAW_FULL])
+        if allowed is None:
+            return None, "raw streaming: no one-way stream"
+        return [r.over(allowed, run.floor_unpaired) for r in pairs], None
     if target_id == "bibw":
         for b in ("bw", "bibw"):
             if miss(cfg, b):
                 return None, miss(cfg, b)
-        bw, bibw = run.series("clean", cfg, "bw"), run.series("clean", cfg, "bibw")
+        bw, bibw = run.reps("clean", cfg, "bw"), run.reps("clean", cfg, "bibw")
         return ratios(bibw, bw, [s for s in bw if BIG_LO <= s <= BIG_HI]), None
     if target_id in ("mr_tcp", "mr_rxd"):
         peer = target_id[3:]
@@ -321,15 +403,16 @@ def evaluate(run, cfg, target_id):
             return None, miss(cfg, "mr")
         if miss(peer, "mr"):
             return None, "%s: %s" % (peer, miss(peer, "mr"))
-        return ratios(run.series("clean", cfg, "mr"), run.series("clean", peer, "mr"), [8]), None
+        return ratios(run.reps("clean", cfg, "mr"), run.reps("clean", peer, "mr"), [8]), None
     if target_id.startswith("loss"):
         scen = target_id
         for s in (scen, "clean"):
             r = run.why_missing(s, cfg, "bw_loss")
             if r:
                 return None, ("%s: " % s) + r
-        lossy, clean = run.series(scen, cfg, "bw_loss"), run.series("clean", cfg, "bw_loss")
-        return ratios(lossy, clean, sorted(lossy)), None
+        # The lossy and the clean blocks ran minutes apart, not interleaved: their repetitions do not pair.
+        lossy, clean = run.reps(scen, cfg, "bw_loss"), run.reps("clean", cfg, "bw_loss")
+        return ratios(lossy, clean, sorted(lossy), "lossy and clean blocks ran at different times"), None
     raise KeyError(target_id)
 
 
@@ -347,22 +430,68 @@ def targets(run):
     ]
     for p in run.loss:
         thr = LOSS_THRESHOLDS.get(p)
-        name = "bandwidth with %g %% loss / clean bandwidth" % p
-        t.append(("loss%g" % p, Target(name, thr if thr is not None else 0.0, False)))
+        name = "bandwidth with %g %% loss / clean bandwidth (ratio of medians)" % p
+        t.append(("loss%g" % p, Target(name, thr if thr is not None else 0.0, False, paired=False)))
     return t
 
 
-def cell(run, cfg, tid, tgt):
-    pairs, why = evaluate(run, cfg, tid)
+def no_target(tid, tgt):
+    return tgt.report or (tid.startswith("loss") and tgt.threshold == 0.0)
+
+
+def pairing_note(r, notes):
+    """The spread of a paired ratio's per-repetition ratios, or a mark that it is a ratio of medians (the
+    reason goes to notes, printed once under the table)."""
+    sp = r.spread()
+    if sp:
+        return "[%.2f–%.2f]" % sp
+    notes.add(r.unpaired)
+    return "(unpaired)"
+
+
+def cell(run, cfg, tid, tgt, notes, medians=False):
+    """(text, met) of one target cell: judged on the paired ratios, or with medians=True on the ratios of
+    medians (that row is for comparison: plain verdict, n/a shown as a dash)."""
+    rs, why = evaluate(run, cfg, tid)
     if why:
-        return "n/a: " + (why if len(why) <= 90 else why[:87] + "..."), None
-    if tgt.report or (tid.startswith("loss") and tgt.threshold == 0.0):
-        worst, _ = judge(pairs, 0.0, False)
-        return ("%.2f× (worst at %s), no target" % (worst[1], fmt_size(worst[0]))) if worst else "n/a: no common sizes", None
-    worst, met = judge(pairs, tgt.threshold, tgt.le, tgt.strict)
+        return ("–" if medians else "n/a: " + (why if len(why) <= 90 else why[:87] + "...")), None
+    key = (lambda r: r.of_medians) if medians else (lambda r: r.value)
+    free = no_target(tid, tgt)
+    worst, met = judge(rs, 0.0 if free else tgt.threshold, tgt.le and not free, tgt.strict, key)
     if worst is None:
         return "n/a: no common sizes", None
-    return "%.2f× @%s **%s**" % (worst[1], fmt_size(worst[0]), "met" if met else "NOT met"), met
+    text = "%.2f× @%s" % (key(worst), fmt_size(worst.size))
+    if tgt.paired and not medians:
+        text += " " + pairing_note(worst, notes)
+    if free:
+        return text + ", no target", None
+    verdict = "met" if met else "NOT met"
+    return text + (" " + verdict if medians else " **%s**" % verdict), met
+
+
+def row_pairs(run, tid):
+    """Whether any configuration's ratio for this target is paired at some size (then the ratio of
+    medians differs from it and gets a row of its own)."""
+    for c in run.configs:
+        rs, _ = evaluate(run, c, tid)
+        if any(r.unpaired is None for r in rs or []):
+            return True
+    return False
+
+
+def ratio_cell(r, notes):
+    """A detail table's ratio: the paired one, or the ratio of medians marked † (its reason goes to notes)."""
+    if r is None:
+        return "n/a"
+    if r.unpaired:
+        notes.add(r.unpaired)
+        return "%.2f†" % r.value
+    return "%.2f" % r.value
+
+
+def notes_line(mark, notes):
+    """The legend of a table's unpaired mark, with every reason once."""
+    return "%s = ratio of medians, as the repetitions do not pair there: %s." % (mark, "; ".join(sorted(notes)))
 
 
 def md_table(header, rows):
@@ -437,44 +566,70 @@ def summary(run):
 
     L.append("## Targets (issue 5), judged for `%s`; the other columns show where each peer would stand" % subj)
     L.append("")
-    L.append("Ratio = subject median / reference median from this run, at the worst size of the range "
-             "(largest for ≤ rules, smallest for ≥ rules); met only if every size in the range meets it.")
+    L.append("Ratio = paired ratio: at each size, the median over the repetitions r of subject(r) / reference(r), "
+             "both measured in repetition r (the raw floors and the raw stream of repetition r run right before its "
+             "MPI jobs; the VM drifts between a fast and a slow state over minutes). `@` gives the worst size of the "
+             "range (largest for ≤ rules, smallest for ≥ rules), `[min–max]` the spread of that size's "
+             "per-repetition ratios; met only if every size in the range meets the rule. A size where fewer than "
+             "%d repetitions pair is judged on subject median / reference median instead, marked "
+             "\"(unpaired)\". The row \"↳ ratio of medians\" under a target gives subject median / reference "
+             "median at its own worst size, for comparison only (no verdict counts from it). The loss rows are "
+             "ratios of medians: the lossy and the clean blocks ran at different times, so their repetitions do "
+             "not pair." % MIN_PAIRED)
     L.append("")
     header = ["target", "rule"] + [("**%s** (subject)" % c) if c == subj else c for c in run.configs]
     rows = []
-    verdicts = []
+    verdicts = []  # (target, met on paired ratios, met on ratios of medians) of the subject
+    compared = False
+    notes = set()
     for tid, tgt in targets(run):
-        cells = []
+        cells, rom_cells = [], []
         for c in run.configs:
-            text, met = cell(run, c, tid, tgt)
+            text, met = cell(run, c, tid, tgt, notes)
             cells.append(text)
+            rom_text, rom_met = cell(run, c, tid, tgt, notes, medians=True)
+            rom_cells.append(rom_text)
             if c == subj and not tgt.report:
-                verdicts.append((tgt.name, met, text))
-        rule = tgt.rule() if not (tid.startswith("loss") and tgt.threshold == 0.0) else "(report only)"
+                verdicts.append((tgt.name, met, rom_met if tgt.paired else met))
+        rule = tgt.rule() if not no_target(tid, tgt) else "(report only)"
         rows.append([tgt.name, rule] + cells)
+        if tgt.paired and row_pairs(run, tid):
+            rows.append(["↳ ratio of medians (comparison only)", ""] + rom_cells)
+            compared = True
     L.append(md_table(header, rows))
     L.append("")
-    met_n = sum(1 for _, mt, _ in verdicts if mt is True)
-    not_n = sum(1 for _, mt, _ in verdicts if mt is False)
-    na_n = sum(1 for _, mt, _ in verdicts if mt is None)
-    L.append("Subject `%s`: %d met, %d not met, %d not available." % (subj, met_n, not_n, na_n))
+    if notes:
+        L.append(notes_line("(unpaired)", notes))
+        L.append("")
+    count = lambda i, v: sum(1 for vd in verdicts if vd[i] is v)
+    L.append("Subject `%s`: %d met, %d not met, %d not available." % (subj, count(1, True), count(1, False), count(1, None)))
+    if compared:
+        same = all(vd[1] is vd[2] for vd in verdicts)
+        L.append("Judged on ratios of medians instead: %d met, %d not met%s." % (
+            count(2, True), count(2, False), " (the same verdicts)" if same else ""))
     L.append("")
 
-    # Detail tables with every size and the subject's ratios.
+    # Detail tables with every size and the subject's ratios (paired, as in the target table).
     fl = run.floor()
-    L.append("## Latency, one-way µs (lower is better)")
+    fl_reps = run.floor_reps()
+    L.append("## Latency, one-way µs (lower is better); ratios paired per repetition")
     L.append("")
     lat_sizes = sorted(set().union(*[set(run.series("clean", c, "latency")) for c in run.configs] + [set()]))
-    header = ["size"] + [c for c in run.configs] + ["raw floor", "%s/floor" % subj, "%s/rxd" % subj, "%s/tcp" % subj]
+    header = ["size"] + [c for c in run.configs] + ["raw floor"] + [
+        "%s/%s, paired" % (subj, p) for p in ("floor", "rxd", "tcp")]
     rows = []
+    notes = set()
+    subj_lat = run.reps("clean", subj, "latency")
     for s in lat_sizes:
-        sl = run.med("clean", subj, "latency", s)
-        r = lambda d: ("%.2f" % (sl / d)) if sl is not None and d else "n/a"
+        r = lambda den, unpaired=None: ratio_cell(ratio_at(s, subj_lat.get(s), den.get(s), unpaired), notes)
         rows.append([fmt_size(s)] + [med_cell(run, "clean", c, "latency", s) for c in run.configs] +
-                    [fmt(fl.get(s)), r(fl.get(s)) if s <= 64 else "–", r(run.med("clean", "rxd", "latency", s)) if s <= 64 else "–",
-                     r(run.med("clean", "tcp", "latency", s))])
+                    [fmt(fl.get(s)), r(fl_reps, run.floor_unpaired) if s <= 64 else "–",
+                     r(run.reps("clean", "rxd", "latency")) if s <= 64 else "–", r(run.reps("clean", "tcp", "latency"))])
     L.append(md_table(header, rows))
     L.append("")
+    if notes:
+        L.append(notes_line("†", notes))
+        L.append("")
     if fl:
         L.append("Raw datagram floor, all sizes measured (fi_pingpong -p udp -e dgram, usec/xfer = one-way): " +
                  ", ".join("%s B %s µs" % (s, fmt(v)) for s, v in fl.items()))
@@ -482,31 +637,36 @@ def summary(run):
 
     for bench, title in (("bw", "Unidirectional bandwidth, MB/s (window 64; higher is better)"),
                          ("bibw", "Bidirectional bandwidth, MB/s (window 64, both directions counted)")):
-        L.append("## " + title)
+        L.append("## " + title + "; ratios paired per repetition")
         L.append("")
         sizes = sorted(set().union(*[set(run.series("clean", c, bench)) for c in run.configs] + [set()]))
-        rs = run.raw_stream()
+        rs, rs_reps = run.raw_stream(), run.raw_stream_reps()
         header = ["size"] + list(run.configs)
         if bench == "bw":
-            header += ["raw, same message size", "%s/raw" % subj, "raw, full datagrams", "%s/raw full" % subj]
+            header += ["raw, same message size", "%s/raw, paired" % subj, "raw, full datagrams", "%s/raw full, paired" % subj]
         else:
-            header += ["bibw/bw " + c for c in run.configs]
+            header += ["bibw/bw %s, paired" % c for c in run.configs]
         rows = []
+        notes = set()
         for s in sizes:
             row = [fmt_size(s)] + [med_cell(run, "clean", c, bench, s) for c in run.configs]
             if bench == "bw":
                 raw_v = rs.get(s, rs.get(RAW_FULL)) if rs else None
                 full = rs.get(RAW_FULL) if rs else None
-                sv = run.med("clean", subj, "bw", s)
-                row += [fmt(raw_v), ("%.2f" % (sv / raw_v)) if sv and raw_v else "n/a",
-                        fmt(full), ("%.2f" % (sv / full)) if sv and full else "n/a"]
+                sv = run.reps("clean", subj, "bw").get(s)
+                same, one_dgram = rs_reps.get(s, rs_reps.get(RAW_FULL)), rs_reps.get(RAW_FULL)
+                row += [fmt(raw_v), ratio_cell(ratio_at(s, sv, same, run.floor_unpaired), notes),
+                        fmt(full), ratio_cell(ratio_at(s, sv, one_dgram, run.floor_unpaired), notes)]
             else:
                 for c in run.configs:
-                    a, b = run.med("clean", c, "bibw", s), run.med("clean", c, "bw", s)
-                    row.append(("%.2f" % (a / b)) if a and b else "n/a")
+                    a, b = run.reps("clean", c, "bibw").get(s), run.reps("clean", c, "bw").get(s)
+                    row.append(ratio_cell(ratio_at(s, a, b), notes))
             rows.append(row)
         L.append(md_table(header, rows))
         L.append("")
+        if notes:
+            L.append(notes_line("†", notes))
+            L.append("")
         if bench == "bibw" and rs and RAW_BIDIR in rs and RAW_FULL in rs:
             L.append("The raw datagram stream both ways at once (two threads, window 64 each, full datagrams): "
                      "%s MB/s, %.2f× its one-way %s MB/s. That is what these cores allow a bidirectional test "
@@ -514,20 +674,27 @@ def summary(run):
                      % (fmt(rs[RAW_BIDIR]), rs[RAW_BIDIR] / rs[RAW_FULL], fmt(rs[RAW_FULL])))
             L.append("")
 
-    L.append("## Message rate, messages/s (1 pair, window 64)")
+    L.append("## Message rate, messages/s (1 pair, window 64); ratios paired per repetition")
     L.append("")
     sizes = sorted(set().union(*[set(run.series("clean", c, "mr")) for c in run.configs] + [set()]))
-    header = ["size"] + list(run.configs) + ["%s/tcp" % subj, "%s/rxd" % subj]
+    header = ["size"] + list(run.configs) + ["%s/tcp, paired" % subj, "%s/rxd, paired" % subj]
     rows = []
+    notes = set()
     for s in sizes:
-        sv = run.med("clean", subj, "mr", s)
-        rr = lambda p: ("%.2f" % (sv / run.med("clean", p, "mr", s))) if sv and run.med("clean", p, "mr", s) else "n/a"
+        sv = run.reps("clean", subj, "mr").get(s)
+        rr = lambda p: ratio_cell(ratio_at(s, sv, run.reps("clean", p, "mr").get(s)), notes)
         rows.append([fmt_size(s)] + [med_cell(run, "clean", c, "mr", s) for c in run.configs] + [rr("tcp"), rr("rxd")])
     L.append(md_table(header, rows))
     L.append("")
+    if notes:
+        L.append(notes_line("†", notes))
+        L.append("")
 
     if run.loss:
         L.append("## Bandwidth under loss, MB/s (window 64), as a fraction of the clean run at the same sizes")
+        L.append("")
+        L.append("Fraction = median under loss / clean median, a ratio of medians: each loss level and the clean "
+                 "reference ran as blocks of their own, minutes apart, so their repetitions do not pair.")
         L.append("")
         for p in run.loss:
             how = m.get("netem_loss%g" % p) or ("fault injection: " + m.get("inject_loss%g" % p, "?"))
