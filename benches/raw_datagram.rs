@@ -79,7 +79,7 @@ fn send_filled(
         if let Some((id, buf)) = m.tx_buffer(ch) {
             fill(buf);
             match m.post_send(ch, id, len, to) {
-                Ok(()) => return,
+                Ok(_) => return,
                 Err(e) if e.is_would_block() => m.release_tx(ch, id),
                 Err(e) => panic!("{e}"),
             }
@@ -228,7 +228,7 @@ fn duplex(dev: &DeviceInfo, cfg: &FabricConfig, len: usize, count: u64, window: 
                     if let Some((id, buf)) = m.tx_buffer(Channel::Data) {
                         buf[..8].fill(0xab);
                         match m.post_send(Channel::Data, id, len, &to) {
-                            Ok(()) => sent += 1,
+                            Ok(_) => sent += 1,
                             Err(e) if e.is_would_block() => m.release_tx(Channel::Data, id),
                             Err(e) => panic!("{e}"),
                         }

@@ -1,6 +1,6 @@
 //! Two modules on `lo` exchanging datagrams through the udp provider.
 use usnic_rs::fabric::{
-    discover, parse_if_list, Completion, DeviceInfo, FabricConfig, Module, Op, PeerAddr,
+    discover, parse_if_list, Completion, DeviceInfo, FabricConfig, Module, Op, PeerAddr, Posted,
     LOCAL_ADDRESS_LEN,
 };
 use usnic_rs::proto::Channel;
@@ -31,7 +31,7 @@ fn pattern(n: usize, seed: u8) -> Vec<u8> {
 fn send(m: &mut Module, ch: Channel, to: &PeerAddr, data: &[u8]) {
     let (id, buf) = m.tx_buffer(ch).expect("free send buffer");
     buf[..data.len()].copy_from_slice(data);
-    m.post_send(ch, id, data.len(), to).expect("post_send");
+    let _ = m.post_send(ch, id, data.len(), to).expect("post_send");
 }
 
 /// Polls `m` until one receive (or error) completion of `ch` arrives; send completions are
@@ -132,6 +132,59 @@ fn measured_datagram_limit_on_lo() {
 }
 
 #[test]
+fn datagrams_within_the_inject_size_are_injected_and_longer_ones_complete() {
+    let cfg = lo_cfg();
+    let dev = lo(&cfg);
+    let mut a = Module::open(&dev, &cfg).unwrap();
+    let mut b = Module::open(&dev, &cfg).unwrap();
+    let to_b = a.insert_peer(&b.local_address()).unwrap();
+    // The udp provider injects every priority datagram (ACKs, tiny messages; its inject size
+    // is at least the 768-byte priority MTU) and the shortest data datagrams.
+    let limit = a.inject_limit(Channel::Data);
+    assert!(
+        (768..a.channel_mtu(Channel::Data)).contains(&limit),
+        "{limit}"
+    );
+    assert_eq!(a.inject_limit(Channel::Priority), 768);
+    let mut out = Vec::new();
+    for (ch, len) in [
+        (Channel::Priority, 768),
+        (Channel::Data, 0),
+        (Channel::Data, limit),
+    ] {
+        let free = a.tx_available(ch);
+        let d = pattern(len, 7);
+        let (id, buf) = a.tx_buffer(ch).unwrap();
+        buf[..len].copy_from_slice(&d);
+        assert_eq!(a.post_send(ch, id, len, &to_b).unwrap(), Posted::Done);
+        assert_eq!(
+            a.tx_available(ch),
+            free,
+            "{ch:?} {len}: buffer free at once"
+        );
+        expect_datagram(&mut b, ch, &d);
+        a.poll(ch, 8, &mut out).unwrap();
+        assert!(
+            out.is_empty(),
+            "{ch:?} {len}: no completion follows: {out:?}"
+        );
+    }
+    let free = a.tx_available(Channel::Data);
+    let d = pattern(limit + 1, 9);
+    let (id, buf) = a.tx_buffer(Channel::Data).unwrap();
+    buf[..d.len()].copy_from_slice(&d);
+    assert_eq!(
+        a.post_send(Channel::Data, id, d.len(), &to_b).unwrap(),
+        Posted::Pending
+    );
+    assert_eq!(a.tx_available(Channel::Data), free - 1);
+    expect_datagram(&mut b, Channel::Data, &d);
+    a.poll(Channel::Data, 8, &mut out).unwrap();
+    assert_eq!(out, vec![Completion::SendDone { buf: id }]);
+    assert_eq!(a.tx_available(Channel::Data), free);
+}
+
+#[test]
 fn too_large_send_is_refused_and_buffer_kept() {
     let cfg = lo_cfg();
     let dev = lo(&cfg);
@@ -149,7 +202,10 @@ fn too_large_send_is_refused_and_buffer_kept() {
     assert!(!e.is_would_block());
     assert!(e.to_string().contains("exceeds the channel MTU"), "{e}");
     // The buffer is still ours: send it properly.
-    a.post_send(Channel::Priority, id, 4, &to_b).unwrap();
+    assert_eq!(
+        a.post_send(Channel::Priority, id, 4, &to_b).unwrap(),
+        Posted::Done
+    );
     expect_datagram(&mut b, Channel::Priority, b"ping");
     drain_sends(&mut a);
     assert_eq!(a.tx_available(Channel::Priority), free);
@@ -191,33 +247,35 @@ fn oversized_datagram_is_an_error_completion_not_a_crash() {
 #[test]
 fn credits_run_out_and_come_back() {
     let cfg = FabricConfig {
-        prio_sd_num: 4,
+        sd_num: 4,
         ..lo_cfg()
     };
     let dev = lo(&cfg);
     let mut a = Module::open(&dev, &cfg).unwrap();
     let b = Module::open(&dev, &cfg).unwrap();
     let to_b = a.insert_peer(&b.local_address()).unwrap();
-    assert_eq!(a.tx_capacity(Channel::Priority), 4);
+    assert_eq!(a.tx_capacity(Channel::Data), 4);
+    // Longer than the inject size: these wait for their completions.
+    let d = pattern(a.inject_limit(Channel::Data) + 1, 3);
     for _ in 0..4 {
-        send(&mut a, Channel::Priority, &to_b, b"x");
+        send(&mut a, Channel::Data, &to_b, &d);
     }
-    assert!(a.tx_buffer(Channel::Priority).is_none());
+    assert!(a.tx_buffer(Channel::Data).is_none());
     let mut out = Vec::new();
-    a.poll(Channel::Priority, 2, &mut out).unwrap();
+    a.poll(Channel::Data, 2, &mut out).unwrap();
     assert_eq!(out.len(), 2, "poll respects max: {out:?}");
-    assert_eq!(a.tx_available(Channel::Priority), 2);
-    a.poll(Channel::Priority, 100, &mut out).unwrap();
+    assert_eq!(a.tx_available(Channel::Data), 2);
+    a.poll(Channel::Data, 100, &mut out).unwrap();
     assert_eq!(out.len(), 4);
-    assert_eq!(a.tx_available(Channel::Priority), 4);
+    assert_eq!(a.tx_available(Channel::Data), 4);
     // release_tx returns an unsent buffer.
-    let (id, _) = a.tx_buffer(Channel::Priority).unwrap();
-    assert_eq!(a.tx_available(Channel::Priority), 3);
-    a.release_tx(Channel::Priority, id);
-    assert_eq!(a.tx_available(Channel::Priority), 4);
+    let (id, _) = a.tx_buffer(Channel::Data).unwrap();
+    assert_eq!(a.tx_available(Channel::Data), 3);
+    a.release_tx(Channel::Data, id);
+    assert_eq!(a.tx_available(Channel::Data), 4);
     // Releasing it again is ignored, not a double free.
-    a.release_tx(Channel::Priority, id);
-    assert_eq!(a.tx_available(Channel::Priority), 4);
+    a.release_tx(Channel::Data, id);
+    assert_eq!(a.tx_available(Channel::Data), 4);
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! Modules close everything they open: drop then reopen works and leaks no file descriptor.
 //! (One test in this binary, so no other test opens fds concurrently.)
-use usnic_rs::fabric::{discover, parse_if_list, Completion, FabricConfig, Module, PeerAddr};
+use usnic_rs::fabric::{
+    discover, parse_if_list, Completion, FabricConfig, Module, PeerAddr, Posted,
+};
 use usnic_rs::proto::Channel;
 
 fn open_fds() -> usize {
@@ -10,7 +12,7 @@ fn open_fds() -> usize {
 fn one_way(from: &mut Module, to: &mut Module, peer: &PeerAddr) {
     let (id, buf) = from.tx_buffer(Channel::Data).unwrap();
     buf[..3].copy_from_slice(b"abc");
-    from.post_send(Channel::Data, id, 3, peer).unwrap();
+    let _ = from.post_send(Channel::Data, id, 3, peer).unwrap();
     let mut out = Vec::new();
     for _ in 0..100_000 {
         to.poll(Channel::Data, 8, &mut out).unwrap();
@@ -36,15 +38,18 @@ fn exchange(cfg: &FabricConfig, leave_in_flight: bool) {
     if leave_in_flight {
         // Unpolled send completions, unflushed reposts, a datagram waiting in b's socket, a
         // lent send buffer: drop must still close everything.
+        // (Longer than the inject size: injected sends leave no completion.)
+        let long = a.inject_limit(Channel::Data) + 1;
         for _ in 0..5 {
-            let (id, _) = a.tx_buffer(Channel::Priority).unwrap();
-            a.post_send(Channel::Priority, id, 10, &pb).unwrap();
+            let (id, _) = a.tx_buffer(Channel::Data).unwrap();
+            let posted = a.post_send(Channel::Data, id, long, &pb).unwrap();
+            assert_eq!(posted, Posted::Pending);
         }
         let _lent = a.tx_buffer(Channel::Data).unwrap().0;
         drop(b);
         // Sending to a closed endpoint is not an error for UDP.
         let (id, _) = a.tx_buffer(Channel::Data).unwrap();
-        a.post_send(Channel::Data, id, 10, &pb).unwrap();
+        let _ = a.post_send(Channel::Data, id, 10, &pb).unwrap();
     }
 }
 

@@ -56,6 +56,17 @@ pub enum Completion {
     },
 }
 
+/// How `post_send` left a datagram.
+#[must_use]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Posted {
+    /// In flight: its buffer comes back with a `SendDone` (or `Error`) completion.
+    Pending,
+    /// Injected: the provider copied it, its buffer is free again and no completion follows
+    /// (count it as a send completion now).
+    Done,
+}
+
 /// Provider requirements to emulate (see `Module::open_emulating`; tests only).
 #[doc(hidden)]
 #[derive(Copy, Clone, Debug, Default)]
@@ -316,6 +327,12 @@ impl Module {
     }
 
     /// Number of send buffers of channel `ch` (= its send credits).
+    /// Longest datagram of channel `c` that `post_send` injects (`Posted::Done`) when no
+    /// fault injector is set: the provider's inject size less the message prefix.
+    pub fn inject_limit(&self, c: Channel) -> usize {
+        self.channels[ch(c)].inject_limit()
+    }
+
     pub fn tx_capacity(&self, c: Channel) -> usize {
         self.channels[ch(c)].tx_capacity()
     }
@@ -421,24 +438,28 @@ impl Module {
     /// Send the first `len` bytes of send buffer `buf` to `to` on channel `ch`.
     /// On any `Err` nothing was sent and the caller still owns the buffer; `e.is_would_block()`
     /// (`-FI_EAGAIN`: socket or CQ full) means retry after `poll`. `len` larger than the
-    /// channel MTU is refused with `FI_EMSGSIZE` before reaching libfabric.
+    /// channel MTU is refused with `FI_EMSGSIZE` before reaching libfabric. Datagrams within
+    /// the provider's inject size are `Posted::Done` at once (never with a fault injector set,
+    /// which holds and replays buffers).
     pub fn post_send(
         &mut self,
         c: Channel,
         buf: BufId,
         len: usize,
         to: &PeerAddr,
-    ) -> Result<(), FabricError> {
+    ) -> Result<Posted, FabricError> {
         if let Some(f) = self.faults.as_deref_mut() {
             let now = super::now();
-            return f.post_send(
-                &mut self.channels[ch(c)],
-                ch(c),
-                buf,
-                len,
-                to.fi_addr(c),
-                now,
-            );
+            return f
+                .post_send(
+                    &mut self.channels[ch(c)],
+                    ch(c),
+                    buf,
+                    len,
+                    to.fi_addr(c),
+                    now,
+                )
+                .map(|()| Posted::Pending);
         }
         self.channels[ch(c)].post_send(buf, len, to.fi_addr(c))
     }

@@ -139,6 +139,12 @@ pub unsafe fn send(
     op!((*ep).msg, send(ep, buf, len, desc, dest, ctx))
 }
 
+/// `fi_inject(ep, buf, len, dest_addr)`: the provider copies the buffer before returning and
+/// writes no completion.
+pub unsafe fn inject(ep: *mut fid_ep, buf: *const c_void, len: usize, dest: fi_addr_t) -> i64 {
+    op!((*ep).msg, inject(ep, buf, len, dest))
+}
+
 /// `fi_sendv(ep, iov, desc, count, dest_addr, context)`.
 pub unsafe fn sendv(
     ep: *mut fid_ep,

@@ -6,7 +6,7 @@
 //! straight back into this module (`btl_send` from a receive callback).
 use std::cell::{Cell, RefCell};
 
-use crate::fabric::{self, BufId, Completion, Op, PeerAddr};
+use crate::fabric::{self, BufId, Completion, Op, PeerAddr, Posted};
 use crate::proto::{
     Body, Channel, Cookie, Engine, Event, Failure, Instant, PeerId, Piece, RxOutcome, Stats,
 };
@@ -513,7 +513,10 @@ impl ModuleState {
             return true;
         };
         let pieces = self.engine.body(&body);
-        let r = self.fabric.post_send_gather(ch, buf, len, pieces, &addr);
+        let r = self
+            .fabric
+            .post_send_gather(ch, buf, len, pieces, &addr)
+            .map(|()| Posted::Pending);
         if matches!(&r, Err(e) if e.is_would_block()) {
             // Kept for retry as a plain datagram: the body is valid only until the core
             // changes, so it is copied behind the header now.
@@ -534,10 +537,15 @@ impl ModuleState {
         buf: BufId,
         len: usize,
         peer: PeerId,
-        r: Result<(), fabric::FabricError>,
+        r: Result<Posted, fabric::FabricError>,
     ) -> bool {
         match r {
-            Ok(()) => true,
+            Ok(Posted::Pending) => true,
+            // Injected: no completion will give the credit back.
+            Ok(Posted::Done) => {
+                self.engine.handle_send_complete(ch);
+                true
+            }
             Err(e) if e.is_would_block() => {
                 self.pending_tx[ch as usize] = Some((buf, len, peer));
                 false
