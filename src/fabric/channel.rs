@@ -44,6 +44,10 @@ fn next_mr_key() -> u64 {
 
 /// CQ entries fetched per `fi_cq_read`.
 const CQ_BATCH: usize = 64;
+/// Returned receive buffers are posted in batches of up to this many...
+const REPOST_BATCH_MAX: usize = 16;
+/// ...and at most this share (1/n) of the channel's buffers is kept back waiting for a batch.
+const REPOST_BATCH_SHARE: usize = 8;
 
 /// Operation contexts are plain tagged integers, never dereferenced: the provider is not
 /// asked for `FI_CONTEXT` mode, so it only hands them back. Bit 0: receive; above: index + 1
@@ -84,6 +88,9 @@ pub(crate) struct ChannelRes {
     tx_state: Vec<TxState>,
     rx_state: Vec<RxState>,
     reposts: Vec<u32>,
+    /// How many returned buffers `flush_batch` waits for: each post is a provider call, and a
+    /// few buffers off the queue for a while cost nothing while the rest stay posted.
+    repost_batch: usize,
     entries: Vec<sys::fi_cq_msg_entry>,
 }
 
@@ -213,6 +220,7 @@ impl ChannelRes {
             tx_state: vec![TxState::Free; sizes.sd],
             rx_state: vec![RxState::Queued; sizes.rd],
             reposts: (0..sizes.rd as u32).collect(),
+            repost_batch: (sizes.rd / REPOST_BATCH_SHARE).clamp(1, REPOST_BATCH_MAX),
             entries: vec![sys::fi_cq_msg_entry::default(); CQ_BATCH],
         };
         ch.flush()?;
@@ -479,6 +487,14 @@ impl ChannelRes {
             // Posting a buffer twice would let two datagrams land in it: refuse.
             other => tracing::warn!("repost of receive buffer {i} ignored (state {other:?})"),
         }
+    }
+
+    /// Post the queued receive buffers once `repost_batch` of them have gathered.
+    pub(crate) fn flush_batch(&mut self) -> Result<(), FabricError> {
+        if self.reposts.len() < self.repost_batch {
+            return Ok(());
+        }
+        self.flush()
     }
 
     /// Post the queued receive buffers, `FI_MORE` on all but the last.

@@ -573,10 +573,11 @@ impl Module {
         self.channels[ch(c)].repost(buf)
     }
 
-    /// Post every queued receive buffer, all but the last of each channel with `FI_MORE`.
+    /// Post the queued receive buffers of each channel where a batch has gathered (at most 16,
+    /// and at most an eighth of the channel's buffers, wait), all but the last with `FI_MORE`.
     pub fn flush_reposts(&mut self) -> Result<(), FabricError> {
-        let r0 = self.channels[0].flush();
-        let r1 = self.channels[1].flush();
+        let r0 = self.channels[0].flush_batch();
+        let r1 = self.channels[1].flush_batch();
         r0.and(r1)
     }
 }
