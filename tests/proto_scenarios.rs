@@ -1328,3 +1328,66 @@ fn nothing_to_transmit_when_the_engine_says_so() {
         "the quiet case was exercised ({skipped_empty})"
     );
 }
+
+/// Sends one fragment of `len` bytes from A to B (delivered at t = 10 µs) and returns when
+/// B's standalone ACK is due; nothing leaves in the pass that delivered it.
+fn ack_due_after(p: &mut Pair, len: usize, cookie: u64) -> Instant {
+    p.a.submit_send(us(0), p.ab, 9, vec![3; len], Cookie(cookie))
+        .unwrap();
+    let mut segs = Vec::new();
+    let mut buf = vec![0u8; 10_000];
+    while let Some(x) = p.a.poll_transmit(us(0), Channel::Data, &mut buf) {
+        p.a.handle_send_complete(Channel::Data);
+        segs.push(buf[..x.len].to_vec());
+    }
+    assert!(!segs.is_empty());
+    for d in &segs {
+        assert!(!matches!(
+            p.b.handle_datagram(us(10), Channel::Data, d),
+            RxOutcome::Dropped(_)
+        ));
+    }
+    match p.b.poll_event() {
+        Some(Event::Deliver { data, .. }) => assert_eq!(data.len(), len),
+        None => assert_eq!(segs.len(), 1, "delivered in place"),
+        Some(e) => panic!("{e:?}"),
+    }
+    // The pass that delivered it (a reply sent now would carry the ACK).
+    if p.b.poll_timeout().is_some_and(|t| t <= us(10)) {
+        p.b.handle_timeout(us(10));
+    }
+    assert!(tx(&mut p.b, us(10), Channel::Priority).is_empty());
+    let due = p.b.poll_timeout().expect("an ACK is owed");
+    p.b.handle_timeout(due);
+    let acks = tx(&mut p.b, due, Channel::Priority);
+    assert_eq!(acks.len(), 1);
+    p.a.handle_datagram(due, Channel::Priority, &acks[0]);
+    assert!(p.a.is_idle(p.ab));
+    due
+}
+
+#[test]
+fn fragments_read_in_place_are_acknowledged_on_the_next_pass_and_copied_ones_wait() {
+    // The Open MPI edge copies data shorter than `prompt_ack_from` (its send completes at
+    // once) and lends longer data until acknowledged, so only those ACKs are urgent.
+    let with = |mtu: usize, id: u64, isn: u16| Config {
+        data_mtu: mtu,
+        prompt_ack_from: 4000,
+        ..cfg(id, isn)
+    };
+    let next_pass = us(10) + Duration(1);
+    let mut p = pair_with(with(1472, 1, 100), with(1472, 2, 200));
+    assert_eq!(ack_due_after(&mut p, 3000, 1), us(40), "copied, chunked");
+    assert_eq!(ack_due_after(&mut p, 5000, 2), next_pass, "lent, chunked");
+    let mut p = pair_with(with(9000, 1, 100), with(9000, 2, 200));
+    assert_eq!(
+        ack_due_after(&mut p, 1000, 3),
+        us(40),
+        "copied, one datagram"
+    );
+    assert_eq!(
+        ack_due_after(&mut p, 5000, 4),
+        next_pass,
+        "lent, one datagram"
+    );
+}

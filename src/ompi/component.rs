@@ -287,6 +287,7 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
             name: dev.name.clone(),
             eager_limit: eager,
             rndv_eager_limit: settings.rndv_eager_limit.min(eager),
+            copy_below: settings.copy_below(),
             max_send_size: max_send_size(settings.max_send_size, eager),
             bandwidth: if dev.link_speed_mbps > 0 {
                 dev.link_speed_mbps

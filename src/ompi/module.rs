@@ -68,6 +68,8 @@ pub struct ModuleInfo {
     pub flags: u32,
     /// Largest single PUT/GET (0 when RDMA is off).
     pub rdma_limit: usize,
+    /// Contiguous data shorter than this is copied by `prepare_src` (`btl_usnic_pack_lazy_threshold`).
+    pub copy_below: usize,
 }
 
 impl ModuleInfo {

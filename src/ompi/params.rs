@@ -146,6 +146,10 @@ impl std::fmt::Display for ParamError {
 pub const DEFAULT_PRIORITY_LIMIT: usize = 768;
 /// The original's default rendezvous first-fragment size.
 pub const DEFAULT_RNDV_EAGER_LIMIT: usize = 500;
+/// `btl_usnic_pack_lazy_threshold` when -1: copying 16 KiB costs about a microsecond, and
+/// below it the wait for an acknowledgement (a blocking send, Sendrecv) cost more than that
+/// (README, "Copy or read in place").
+pub const DEFAULT_PACK_LAZY_THRESHOLD: usize = 16384;
 
 fn opt_string(name: &str, p: *const c_char) -> Result<Option<String>, ParamError> {
     if p.is_null() {
@@ -352,6 +356,13 @@ impl Settings {
         })
     }
 
+    /// Contiguous data shorter than this is copied when the PML prepares it, so its send
+    /// completes at once; longer data is read in place until acknowledged.
+    pub fn copy_below(&self) -> usize {
+        self.pack_lazy_threshold
+            .unwrap_or(DEFAULT_PACK_LAZY_THRESHOLD)
+    }
+
     /// The engine configuration of one module whose data channel carries `data_mtu` bytes.
     pub fn engine_config(&self, data_mtu: usize, priority_mtu: usize) -> Config {
         let d = Config::default();
@@ -378,6 +389,7 @@ impl Settings {
             isn: 0,
             rx_window: 0,
             max_held: 0,
+            prompt_ack_from: self.copy_below(),
         }
     }
 }

@@ -74,8 +74,12 @@ pub fn prepare_src(
     };
     let epp = e as *const _ as *mut Endpoint;
     let want = (*size).min(m.info.send_limit().saturating_sub(reserve));
+    // Data read in place completes only when acknowledged, so a blocking send (or a
+    // Sendrecv) would wait for the peer's delayed ACK; small data is cheaper to copy.
     // SAFETY: conv is the PML's live convertor.
-    let need_buffers = want > 0 && unsafe { sys::usnic_shim_convertor_need_buffers(conv) } != 0;
+    let need_buffers = want > 0
+        && (want < m.info.copy_below
+            || unsafe { sys::usnic_shim_convertor_need_buffers(conv) } != 0);
     let f = {
         let mut st = m.state.borrow_mut();
         if need_buffers {

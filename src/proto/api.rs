@@ -81,6 +81,11 @@ pub struct Config {
     /// Receive buffers the core may keep (`Engine::handle_datagram_held`) for fragments being
     /// reassembled, over all peers; 0 = reassembly always copies.
     pub max_held: u32,
+    /// Fragments of at least this many bytes are acknowledged from the pass after the one
+    /// that made them whole: their sender reads them in place and completes them only on the
+    /// ACK (a blocking send waits for it). Smaller ones were copied by their sender, and
+    /// their ACK waits up to `ack_delay` for a reply to ride on.
+    pub prompt_ack_from: usize,
 }
 
 impl Default for Config {
@@ -102,6 +107,7 @@ impl Default for Config {
             isn: 0,
             rx_window: 0,
             max_held: 0,
+            prompt_ack_from: 16384,
         }
     }
 }

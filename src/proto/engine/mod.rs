@@ -237,6 +237,19 @@ impl Engine {
         }
     }
 
+    /// The ACK of a fragment whose sender waits for it: due from the next pass on, not in this
+    /// one, so a reply the receiving rank sends right after the delivery (a ping-pong) still
+    /// carries it; a rank that goes on waiting (a Sendrecv) sends it alone a pass later.
+    fn ack_next_pass(&mut self, pid: u32, now: Instant) {
+        if let Some(p) = self.peers.get_mut(pid as usize).and_then(|p| p.as_mut()) {
+            let soon = now + Duration(1);
+            if !p.ack_owed || p.ack_deadline > soon {
+                p.ack_deadline = soon;
+            }
+            p.ack_owed = true;
+        }
+    }
+
     fn ack_now(&mut self, pid: u32) {
         if let Some(p) = self.peers.get_mut(pid as usize).and_then(|p| p.as_mut()) {
             p.ack_owed = true;

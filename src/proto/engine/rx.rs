@@ -130,11 +130,16 @@ impl Engine {
         let plen = payload.len();
         match h.kind {
             Kind::Ack => RxOutcome::Consumed,
-            Kind::Frag => RxOutcome::Deliver {
-                peer,
-                tag: h.tag,
-                payload,
-            },
+            Kind::Frag => {
+                if plen >= self.cfg.prompt_ack_from {
+                    self.ack_next_pass(pid, now);
+                }
+                RxOutcome::Deliver {
+                    peer,
+                    tag: h.tag,
+                    payload,
+                }
+            }
             Kind::Chunk => {
                 let offer = hold.map(|handle| (handle, payload.clone()));
                 let budget = self.cfg.max_held.saturating_sub(self.held);
@@ -166,7 +171,9 @@ impl Engine {
                         }
                     };
                     self.events.push_back(ev);
-                    self.ack_now(pid);
+                    if h.total as usize >= self.cfg.prompt_ack_from {
+                        self.ack_next_pass(pid, now);
+                    }
                 }
                 if held {
                     RxOutcome::Held
