@@ -326,13 +326,13 @@ impl Module {
         self.channels[ch(c)].rx_count()
     }
 
-    /// Number of send buffers of channel `ch` (= its send credits).
     /// Longest datagram of channel `c` that `post_send` injects (`Posted::Done`) when no
     /// fault injector is set: the provider's inject size less the message prefix.
     pub fn inject_limit(&self, c: Channel) -> usize {
         self.channels[ch(c)].inject_limit()
     }
 
+    /// Number of send buffers of channel `ch` (= its send credits).
     pub fn tx_capacity(&self, c: Channel) -> usize {
         self.channels[ch(c)].tx_capacity()
     }
