@@ -79,9 +79,7 @@ int main(int argc, char **argv)
     if (nranks < 2)
         bench_die(PROG " needs at least 2 ranks");
     bench_parse(argc, argv, &o, 1);
-    size_t maxsz = 0;
-    for (int i = 0; i < o.nsizes; i++)
-        maxsz = o.sizes[i] > maxsz ? o.sizes[i] : maxsz;
+    size_t maxsz = bench_max_size(&o);
     c.window = o.window;
     c.sbuf = bench_alloc(maxsz);
     c.rbuf = bench_alloc(maxsz);

@@ -146,6 +146,15 @@ static void bench_parse(int argc, char **argv, struct bench_opts *o, size_t defa
         bench_die("no message sizes selected");
 }
 
+/* The largest selected message size: what each program's buffers must hold. */
+static size_t bench_max_size(const struct bench_opts *o)
+{
+    size_t m = 0;
+    for (int i = 0; i < o->nsizes; i++)
+        m = o->sizes[i] > m ? o->sizes[i] : m;
+    return m;
+}
+
 static void *bench_alloc(size_t bytes)
 {
     void *p = NULL;

@@ -52,9 +52,7 @@ int main(int argc, char **argv)
         bench_die("bench_mr needs an even number of ranks (pairs i <-> i + n/2)");
     c.pairs = nranks / 2;
     bench_parse(argc, argv, &o, 1);
-    size_t maxsz = 0;
-    for (int i = 0; i < o.nsizes; i++)
-        maxsz = o.sizes[i] > maxsz ? o.sizes[i] : maxsz;
+    size_t maxsz = bench_max_size(&o);
     c.window = o.window;
     c.sbuf = bench_alloc(maxsz);
     c.rbuf = bench_alloc(maxsz);
