@@ -427,31 +427,145 @@ fn bench_device(label: &str, dev: &DeviceInfo, cfg: &FabricConfig, iters: usize)
 // address to FILE and receives; `--stream-to FILE` on the other sends to it. Each phase is a
 // blast (no flow control, as fast as the sender can post), announced and closed by control
 // datagrams on the priority channel; the receiver prints what arrived, timed from the phase's
-// first datagram to its last.
+// first datagram to its last. Last, both blast at each other at once (HELLO carries the sender's
+// address, GO starts it, RESULT brings the sender's side back), the ceiling of a bidirectional
+// test when each host has one core.
 
 const CTL_MAGIC: u32 = 0x7261_7773;
 const CTL_START: u32 = 1;
 const CTL_END: u32 = 2;
-const CTL_DONE: u32 = 3;
+/// The one-way phases are over; the tail is the sender's address, for the two-way blast.
+const CTL_HELLO: u32 = 3;
+/// The receiver has the sender's address: both blast now.
+const CTL_GO: u32 = 4;
+/// What the sender received in the two-way blast: datagrams, bytes, first and last (ns).
+const CTL_RESULT: u32 = 5;
 
-fn ctl(kind: u32, phase: u32, msg: u64) -> [u8; 20] {
-    let mut b = [0u8; 20];
-    b[..4].copy_from_slice(&CTL_MAGIC.to_le_bytes());
-    b[4..8].copy_from_slice(&kind.to_le_bytes());
-    b[8..12].copy_from_slice(&phase.to_le_bytes());
-    b[12..].copy_from_slice(&msg.to_le_bytes());
+fn ctl(kind: u32, phase: u32, tail: &[u8]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(12 + tail.len());
+    b.extend_from_slice(&CTL_MAGIC.to_le_bytes());
+    b.extend_from_slice(&kind.to_le_bytes());
+    b.extend_from_slice(&phase.to_le_bytes());
+    b.extend_from_slice(tail);
     b
 }
 
-fn parse_ctl(b: &[u8]) -> Option<(u32, u32, u64)> {
+fn parse_ctl(b: &[u8]) -> Option<(u32, u32, &[u8])> {
     let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
-    (b.len() == 20 && u32_at(0) == CTL_MAGIC).then(|| {
-        (
-            u32_at(4),
-            u32_at(8),
-            u64::from_le_bytes(b[12..].try_into().unwrap()),
-        )
-    })
+    (b.len() >= 12 && u32_at(0) == CTL_MAGIC).then(|| (u32_at(4), u32_at(8), &b[12..]))
+}
+
+fn words(v: &[u64]) -> Vec<u8> {
+    v.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+fn parse_words(b: &[u8]) -> Vec<u64> {
+    b.chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn parse_result(b: &[u8]) -> Option<Received> {
+    match parse_words(b)[..] {
+        [n, bytes, first, last] => Some((n, bytes, first, last)),
+        _ => None,
+    }
+}
+
+/// Sends a control datagram three times: a lost one must not lose a phase.
+fn say(m: &mut Module, to: &PeerAddr, b: &[u8], out: &mut Vec<Completion>) {
+    for _ in 0..3 {
+        send_bytes(m, Channel::Priority, to, b, out);
+        thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+/// What one side of the two-way blast received: (datagrams, bytes, first ns, last ns).
+type Received = (u64, u64, u64, u64);
+
+/// Both hosts at once, each sending `count` datagrams of `len` bytes as fast as it can post
+/// them while it reads the other's, as an MPI rank of a bidirectional test does on its one core.
+/// Ends 100 ms after the peer's END with nothing more arriving (3 s without its END: lost).
+/// `greet` is answered with GO whenever it arrives: the peer repeats HELLO until it has GO.
+/// Returns what this side received, and the peer's RESULT when it came during the blast.
+fn duplex_blast(
+    m: &mut Module,
+    to: &PeerAddr,
+    len: usize,
+    count: u64,
+    greet: bool,
+) -> (Received, Option<Received>) {
+    let (mut out, mut prio) = (Vec::new(), Vec::new());
+    let mut got: Received = (0, 0, 0, 0);
+    let mut theirs = None;
+    let (mut sent, mut peer_ended) = (0u64, false);
+    let mut ended_at = None;
+    let mut last_event = now().0;
+    loop {
+        if sent < count {
+            if let Some((id, buf)) = m.tx_buffer(Channel::Data) {
+                buf[..8].fill(0xab);
+                match m.post_send(Channel::Data, id, len, to) {
+                    Ok(_) => sent += 1,
+                    Err(e) if e.is_would_block() => m.release_tx(Channel::Data, id),
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        } else if ended_at.is_none() {
+            say(m, to, &ctl(CTL_END, 0, &[]), &mut prio);
+            ended_at = Some(now().0);
+        }
+        out.clear();
+        m.poll(Channel::Data, 64, &mut out).expect("poll");
+        let t = now().0;
+        let before = got.0;
+        for c in &out {
+            match *c {
+                Completion::Recv { buf, len } => {
+                    m.repost(Channel::Data, buf);
+                    if got.0 == 0 {
+                        got.2 = t;
+                    }
+                    got.0 += 1;
+                    got.1 += len as u64;
+                    got.3 = t;
+                }
+                Completion::SendDone { .. } => {}
+                Completion::Error { ref error, .. } => panic!("{error}"),
+            }
+        }
+        if got.0 != before {
+            m.flush_reposts().expect("repost");
+            last_event = t;
+        }
+        prio.clear();
+        m.poll(Channel::Priority, 16, &mut prio).expect("poll");
+        let mut greeted = false;
+        for c in &prio {
+            let Completion::Recv { buf, len } = *c else {
+                continue;
+            };
+            match parse_ctl(m.rx_bytes(Channel::Priority, buf, len)) {
+                Some((CTL_END, _, _)) => peer_ended = true,
+                Some((CTL_HELLO, _, _)) => greeted = true,
+                Some((CTL_RESULT, _, w)) => theirs = theirs.or(parse_result(w)),
+                _ => {}
+            }
+            m.repost(Channel::Priority, buf);
+        }
+        if !prio.is_empty() {
+            m.flush_reposts().expect("repost");
+        }
+        if greeted && greet {
+            send_bytes(m, Channel::Priority, to, &ctl(CTL_GO, 0, &[]), &mut out);
+        }
+        if let Some(e) = ended_at {
+            let quiet = t.saturating_sub(last_event) > 100_000_000;
+            if (peer_ended && quiet) || t.saturating_sub(e) > 3_000_000_000 {
+                return (got, theirs);
+            }
+        }
+    }
 }
 
 /// Phases: (message size, 0 = full datagrams; datagram lengths).
@@ -500,13 +614,13 @@ fn serve(addr_file: &str) {
     let mut cur: Option<(u32, u64, u64, u64, u64, bool)> = None;
     let mut idle_since = now().0;
     let mut data = Vec::new();
+    let mut peer = None;
     loop {
         out.clear();
         data.clear();
         m.poll(Channel::Priority, 16, &mut out).expect("poll");
         m.poll(Channel::Data, 64, &mut data).expect("poll");
         let t = now().0;
-        let mut done = false;
         for c in out.iter() {
             let Completion::Recv { buf, len } = *c else {
                 continue;
@@ -520,7 +634,7 @@ fn serve(addr_file: &str) {
                         c.5 = true;
                     }
                 }
-                Some((CTL_DONE, _, _)) => done = true,
+                Some((CTL_HELLO, _, addr)) if peer.is_none() => peer = Some(addr.to_vec()),
                 _ => {}
             }
             m.repost(Channel::Priority, buf);
@@ -567,10 +681,57 @@ fn serve(addr_file: &str) {
                 cur = None;
             }
         }
-        if done || t.saturating_sub(idle_since) > 60_000_000_000 {
+        if peer.is_some() && cur.is_none() {
             break;
         }
+        if t.saturating_sub(idle_since) > 60_000_000_000 {
+            return;
+        }
     }
+    // Both ways at once: what the two hosts' cores allow a bidirectional test.
+    let to = m.insert_peer(&peer.unwrap()).expect("insert the sender");
+    send_bytes(
+        &mut m,
+        Channel::Priority,
+        &to,
+        &ctl(CTL_GO, 0, &[]),
+        &mut out,
+    );
+    let (mine, early) = duplex_blast(&mut m, &to, data_mtu, STREAM_COUNT, true);
+    let deadline = now().0 + 3_000_000_000;
+    let theirs = early.or_else(|| loop {
+        out.clear();
+        m.poll(Channel::Priority, 16, &mut out).expect("poll");
+        let mut found = None;
+        for c in out.iter() {
+            let Completion::Recv { buf, len } = *c else {
+                continue;
+            };
+            if let Some((CTL_RESULT, _, w)) = parse_ctl(m.rx_bytes(Channel::Priority, buf, len)) {
+                found = found.or(parse_result(w));
+            }
+            m.repost(Channel::Priority, buf);
+        }
+        m.flush_reposts().expect("repost");
+        if found.is_some() || now().0 > deadline {
+            break found;
+        }
+        thread::yield_now();
+    });
+    let Some(theirs) = theirs else {
+        println!("bidirectional: no result from the other host");
+        return;
+    };
+    let (n, bytes) = (mine.0 + theirs.0, mine.1 + theirs.1);
+    let span = mine.3.max(theirs.3).saturating_sub(mine.2.min(theirs.2));
+    let secs = span.max(1) as f64 / 1e9;
+    println!(
+        "{:<34} {:>10.1} {:>10.1} {:>9.2}%",
+        format!("bidirectional, blast ({data_mtu} B)"),
+        bytes as f64 / secs / 1e6,
+        n as f64 / secs / 1e3,
+        100.0 * n as f64 / (2 * STREAM_COUNT) as f64
+    );
 }
 
 fn stream_to(addr_file: &str) {
@@ -591,16 +752,11 @@ fn stream_to(addr_file: &str) {
         .collect();
     let to = m.insert_peer(&addr).expect("insert the receiver");
     let mut out = Vec::new();
-    let say = |m: &mut Module, out: &mut Vec<Completion>, b: [u8; 20]| {
-        // Three copies: a lost control datagram must not lose a phase.
-        for _ in 0..3 {
-            send_bytes(m, Channel::Priority, &to, &b, out);
-            thread::sleep(std::time::Duration::from_millis(2));
-        }
-    };
-    let plan = phases(m.channel_mtu(Channel::Data));
+    let data_mtu = m.channel_mtu(Channel::Data);
+    let plan = phases(data_mtu);
     for (phase, (msg, lens)) in plan.iter().enumerate() {
-        say(&mut m, &mut out, ctl(CTL_START, phase as u32, *msg as u64));
+        let msg = words(&[*msg as u64]);
+        say(&mut m, &to, &ctl(CTL_START, phase as u32, &msg), &mut out);
         let count = whole_messages(lens);
         for i in 0..count {
             send(
@@ -611,10 +767,39 @@ fn stream_to(addr_file: &str) {
                 &mut out,
             );
         }
-        say(&mut m, &mut out, ctl(CTL_END, phase as u32, *msg as u64));
+        say(&mut m, &to, &ctl(CTL_END, phase as u32, &msg), &mut out);
         thread::sleep(std::time::Duration::from_millis(300));
     }
-    say(&mut m, &mut out, ctl(CTL_DONE, 0, 0));
+    // HELLO until GO: the receiver needs this host's address to send back.
+    let hello = ctl(CTL_HELLO, 0, &m.local_address());
+    let deadline = now().0 + 10_000_000_000;
+    'greet: loop {
+        assert!(now().0 < deadline, "no GO from the receiver");
+        send_bytes(&mut m, Channel::Priority, &to, &hello, &mut out);
+        for _ in 0..20 {
+            out.clear();
+            m.poll(Channel::Priority, 16, &mut out).expect("poll");
+            let mut go = false;
+            for c in out.iter() {
+                let Completion::Recv { buf, len } = *c else {
+                    continue;
+                };
+                go |= matches!(
+                    parse_ctl(m.rx_bytes(Channel::Priority, buf, len)),
+                    Some((CTL_GO, _, _))
+                );
+                m.repost(Channel::Priority, buf);
+            }
+            m.flush_reposts().expect("repost");
+            if go {
+                break 'greet;
+            }
+            thread::sleep(std::time::Duration::from_micros(100));
+        }
+    }
+    let (got, _) = duplex_blast(&mut m, &to, data_mtu, STREAM_COUNT, false);
+    let result = words(&[got.0, got.1, got.2, got.3]);
+    say(&mut m, &to, &ctl(CTL_RESULT, 0, &result), &mut out);
 }
 
 fn main() {
