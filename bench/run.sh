@@ -154,6 +154,7 @@ if ((QUICK)); then
     SIZES_BW=(-s 8,65536,1048576)
     SIZES_MR=(-s 8,1024)
     SIZES_LOSS=(-s 65536,1048576)
+    SIZES_XCH=(-s 8,16384,65536)
     NP_MAX=65536 FPP_ITERS=2000 NP_ARGS=(-n 200)
 else
     TARGET_TIME=${TARGET_TIME:-0.1}
@@ -161,9 +162,13 @@ else
     SIZES_BW=(-m 1:4194304)
     SIZES_MR=(-m 1:65536)
     SIZES_LOSS=(-s 65536,262144,1048576)
+    SIZES_XCH=(-s 8,512,2048,8192,16384,32768,65536,262144,1048576,4194304)
     NP_MAX=4194304 FPP_ITERS=10000 NP_ARGS=()
 fi
 COMMON_ARGS=(-t "$TARGET_TIME" -i 3)
+# latency, bandwidth both ways and message rate, then the two that wait for every send to complete
+# (an MPI_Send loop and MPI_Sendrecv: the others never wait for a send's acknowledgement)
+CLEAN_BENCHES="latency bw bibw mr sendloop sendrecv"
 
 # ---- where the processes run ----
 NC_NET=${NC_NET:-10.77.0}
@@ -239,12 +244,15 @@ RAW_DGRAM_CMD=${RAW_DGRAM_CMD:-cargo bench --bench raw_datagram}
 # MTU 65507"); across namespaces it runs from h1 to h2 (bench/raw-across-hosts.sh) on veth0, as usnic does.
 if ((NETNS)); then RAW_STREAM_SECTION=${RAW_STREAM_SECTION:-across hosts}; else RAW_STREAM_SECTION=${RAW_STREAM_SECTION:-loopback}; fi
 
-bench_args_static() {
+bench_args() {  # bench -> program + size arguments
     case $1 in
         latency) echo "bench_latency ${SIZES_LAT[*]}" ;;
         bw) echo "bench_bw ${SIZES_BW[*]}" ;;
         bibw) echo "bench_bibw ${SIZES_BW[*]}" ;;
         mr) echo "bench_mr ${SIZES_MR[*]}" ;;
+        sendloop) echo "bench_sendloop ${SIZES_XCH[*]}" ;;
+        sendrecv) echo "bench_sendrecv ${SIZES_XCH[*]}" ;;
+        bw_loss) echo "bench_bw ${SIZES_LOSS[*]}" ;;
     esac
 }
 
@@ -291,7 +299,7 @@ bench_args_static() {
     if ((NETNS)); then raw_how="bench/raw-across-hosts.sh (the $RAW_DGRAM_CMD executable, --serve in h2, --stream-to from h1)"; else raw_how=$RAW_DGRAM_CMD; fi
     echo "raw_stream: $( ((HAVE_RAW_STREAM)) && echo "$raw_how" || echo "not available: no raw_datagram bench in this tree (it comes from branch fabric)")"
     echo "invocation: bench/run.sh ${ARGS[*]}"
-    for b in latency bw bibw mr; do echo "cmd_$b: bench/bin/$(bench_args_static "$b") ${COMMON_ARGS[*]}"; done
+    for b in $CLEAN_BENCHES; do echo "cmd_$b: bench/bin/$(bench_args "$b") ${COMMON_ARGS[*]}"; done
     [ -n "$LOSS" ] && echo "cmd_bw_loss: bench/bin/bench_bw ${SIZES_LOSS[*]} ${COMMON_ARGS[*]}"
     if ((NETNS)); then
         echo "cmd_floor: server: NC_PIN=1 netns-cluster.sh exec h2 env FI_UDP_IFACE=veth0 fi_pingpong -p udp -e dgram -I $FPP_ITERS -S <all|$DGRAM_SIZE> -B <port>; client: same in h1 with -P <port> $NC_NET.2"
@@ -347,15 +355,6 @@ record_skip() {  # scenario config bench reason
     printf '%s\t%s\t%s\t-\tunavailable\t-\t-\t-\t-\t%s\n' "$1" "$2" "$3" "$4" >> "$JOBS"
 }
 
-bench_args() {  # bench -> program + size arguments
-    case $1 in
-        latency) echo "bench_latency ${SIZES_LAT[*]}" ;;
-        bw) echo "bench_bw ${SIZES_BW[*]}" ;;
-        bibw) echo "bench_bibw ${SIZES_BW[*]}" ;;
-        mr) echo "bench_mr ${SIZES_MR[*]}" ;;
-        bw_loss) echo "bench_bw ${SIZES_LOSS[*]}" ;;
-    esac
-}
 
 # MPI jobs of one scenario: round-robin over repetitions x benchmarks x configurations, so slow drifts of
 # the machine's load spread over every configuration. A (config, bench) pair that fails is retried up to
@@ -484,7 +483,7 @@ declare -A SCEN_SKIP SCEN_MCA
 prepare_raw_stream
 say "== MPI micro-benchmarks, clean network (binding: $BINDING), each repetition after the same repetition of"
 say "   the raw floors: fi_pingpong -p udp -e dgram ($FPP_ITERS iterations, -S all and -S $DGRAM_SIZE) and raw streaming"
-run_mpi_scenario clean "latency bw bibw mr" "$JOB_TIMEOUT" floors_rep
+run_mpi_scenario clean "$CLEAN_BENCHES" "$JOB_TIMEOUT" floors_rep
 say "== NetPIPE (NPopenmpi -p 0 -u $NP_MAX), one run per configuration"
 run_netpipe
 

@@ -559,7 +559,8 @@ def summary(run):
     L.append("")
     L.append("Exact commands (each MPI one is `<launcher> <config> <program>`; every raw file starts with its full command line):")
     L.append("")
-    for k in ("cmd_latency", "cmd_bw", "cmd_bibw", "cmd_mr", "cmd_bw_loss", "cmd_floor", "cmd_netpipe", "raw_stream"):
+    for k in ("cmd_latency", "cmd_bw", "cmd_bibw", "cmd_mr", "cmd_sendloop", "cmd_sendrecv", "cmd_bw_loss",
+              "cmd_floor", "cmd_netpipe", "raw_stream"):
         if k in m:
             L.append("- %s: `%s`" % (k.replace("cmd_", ""), m[k]))
     L.append("")
@@ -694,6 +695,30 @@ def summary(run):
     if notes:
         L.append(notes_line("†", notes))
         L.append("")
+
+    # No target in issue 5: these show what the windowed and ping-pong programs cannot, a send that
+    # completes only when the peer acknowledges it.
+    for bench, title in (("sendloop", "Blocking sends: rank 0's `MPI_Send` loop into rank 1's `MPI_Recv` loop, "
+                                      "µs per message"),
+                         ("sendrecv", "Blocking sends: `MPI_Sendrecv` both ways at once, µs per step")):
+        sizes = sorted(set().union(*[set(run.series("clean", c, bench)) for c in run.configs] + [set()]))
+        if not sizes:
+            continue
+        L.append("## %s (lower is better; no target); ratios paired per repetition" % title)
+        L.append("")
+        peers = [p for p in ("tcp", "rxd") if p in run.configs and p != subj]
+        header = ["size"] + list(run.configs) + ["%s/%s, paired" % (subj, p) for p in peers]
+        rows = []
+        notes = set()
+        for s in sizes:
+            sv = run.reps("clean", subj, bench).get(s)
+            rows.append([fmt_size(s)] + [med_cell(run, "clean", c, bench, s) for c in run.configs] +
+                        [ratio_cell(ratio_at(s, sv, run.reps("clean", p, bench).get(s)), notes) for p in peers])
+        L.append(md_table(header, rows))
+        L.append("")
+        if notes:
+            L.append(notes_line("†", notes))
+            L.append("")
 
     if run.loss:
         L.append("## Bandwidth under loss, MB/s (window 64), as a fraction of the clean run at the same sizes")
