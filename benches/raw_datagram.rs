@@ -472,6 +472,24 @@ fn parse_result(b: &[u8]) -> Option<Received> {
     }
 }
 
+/// Reads the priority channel once and hands each control datagram (kind, phase, tail) to `f`.
+fn read_ctl(m: &mut Module, out: &mut Vec<Completion>, mut f: impl FnMut(u32, u32, &[u8])) {
+    out.clear();
+    m.poll(Channel::Priority, 16, out).expect("poll");
+    for c in out.iter() {
+        let Completion::Recv { buf, len } = *c else {
+            continue;
+        };
+        if let Some((kind, phase, tail)) = parse_ctl(m.rx_bytes(Channel::Priority, buf, len)) {
+            f(kind, phase, tail);
+        }
+        m.repost(Channel::Priority, buf);
+    }
+    if !out.is_empty() {
+        m.flush_reposts().expect("repost");
+    }
+}
+
 /// Sends a control datagram three times: a lost one must not lose a phase.
 fn say(m: &mut Module, to: &PeerAddr, b: &[u8], out: &mut Vec<Completion>) {
     for _ in 0..3 {
@@ -538,24 +556,13 @@ fn duplex_blast(
             m.flush_reposts().expect("repost");
             last_event = t;
         }
-        prio.clear();
-        m.poll(Channel::Priority, 16, &mut prio).expect("poll");
         let mut greeted = false;
-        for c in &prio {
-            let Completion::Recv { buf, len } = *c else {
-                continue;
-            };
-            match parse_ctl(m.rx_bytes(Channel::Priority, buf, len)) {
-                Some((CTL_END, _, _)) => peer_ended = true,
-                Some((CTL_HELLO, _, _)) => greeted = true,
-                Some((CTL_RESULT, _, w)) => theirs = theirs.or(parse_result(w)),
-                _ => {}
-            }
-            m.repost(Channel::Priority, buf);
-        }
-        if !prio.is_empty() {
-            m.flush_reposts().expect("repost");
-        }
+        read_ctl(m, &mut prio, |kind, _, tail| match kind {
+            CTL_END => peer_ended = true,
+            CTL_HELLO => greeted = true,
+            CTL_RESULT => theirs = theirs.or(parse_result(tail)),
+            _ => {}
+        });
         if greeted && greet {
             send_bytes(m, Channel::Priority, to, &ctl(CTL_GO, 0, &[]), &mut out);
         }
@@ -700,19 +707,12 @@ fn serve(addr_file: &str) {
     let (mine, early) = duplex_blast(&mut m, &to, data_mtu, STREAM_COUNT, true);
     let deadline = now().0 + 3_000_000_000;
     let theirs = early.or_else(|| loop {
-        out.clear();
-        m.poll(Channel::Priority, 16, &mut out).expect("poll");
         let mut found = None;
-        for c in out.iter() {
-            let Completion::Recv { buf, len } = *c else {
-                continue;
-            };
-            if let Some((CTL_RESULT, _, w)) = parse_ctl(m.rx_bytes(Channel::Priority, buf, len)) {
-                found = found.or(parse_result(w));
+        read_ctl(&mut m, &mut out, |kind, _, tail| {
+            if kind == CTL_RESULT {
+                found = found.or(parse_result(tail));
             }
-            m.repost(Channel::Priority, buf);
-        }
-        m.flush_reposts().expect("repost");
+        });
         if found.is_some() || now().0 > deadline {
             break found;
         }
@@ -777,20 +777,8 @@ fn stream_to(addr_file: &str) {
         assert!(now().0 < deadline, "no GO from the receiver");
         send_bytes(&mut m, Channel::Priority, &to, &hello, &mut out);
         for _ in 0..20 {
-            out.clear();
-            m.poll(Channel::Priority, 16, &mut out).expect("poll");
             let mut go = false;
-            for c in out.iter() {
-                let Completion::Recv { buf, len } = *c else {
-                    continue;
-                };
-                go |= matches!(
-                    parse_ctl(m.rx_bytes(Channel::Priority, buf, len)),
-                    Some((CTL_GO, _, _))
-                );
-                m.repost(Channel::Priority, buf);
-            }
-            m.flush_reposts().expect("repost");
+            read_ctl(&mut m, &mut out, |kind, _, _| go |= kind == CTL_GO);
             if go {
                 break 'greet;
             }
