@@ -88,6 +88,10 @@ pub struct Config {
     pub prompt_ack_from: usize,
 }
 
+/// `Config::prompt_ack_from` by default: the Open MPI edge's default copy threshold
+/// (`btl_usnic_pack_lazy_threshold`) is this same value, so the two agree unless set.
+pub const DEFAULT_PROMPT_ACK_FROM: usize = 16384;
+
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -107,7 +111,7 @@ impl Default for Config {
             isn: 0,
             rx_window: 0,
             max_held: 0,
-            prompt_ack_from: 16384,
+            prompt_ack_from: DEFAULT_PROMPT_ACK_FROM,
         }
     }
 }
