@@ -499,6 +499,22 @@ def notes_line(mark, notes):
     return "%s = ratio of medians, as the repetitions do not pair there: %s." % (mark, "; ".join(sorted(notes)))
 
 
+def peer_ratio_table(run, subj, bench, sizes, peers):
+    """Lines of a table of `bench` per size: every configuration's median, then the subject's paired
+    ratio to each of `peers`, and the footnote when a ratio could not pair."""
+    header = ["size"] + list(run.configs) + ["%s/%s, paired" % (subj, p) for p in peers]
+    rows = []
+    notes = set()
+    for s in sizes:
+        sv = run.reps("clean", subj, bench).get(s)
+        rows.append([fmt_size(s)] + [med_cell(run, "clean", c, bench, s) for c in run.configs] +
+                    [ratio_cell(ratio_at(s, sv, run.reps("clean", p, bench).get(s)), notes) for p in peers])
+    out = [md_table(header, rows), ""]
+    if notes:
+        out += [notes_line("†", notes), ""]
+    return out
+
+
 def md_table(header, rows):
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
@@ -683,18 +699,7 @@ def summary(run):
     L.append("## Message rate, messages/s (1 pair, window 64); ratios paired per repetition")
     L.append("")
     sizes = sorted(set().union(*[set(run.series("clean", c, "mr")) for c in run.configs] + [set()]))
-    header = ["size"] + list(run.configs) + ["%s/tcp, paired" % subj, "%s/rxd, paired" % subj]
-    rows = []
-    notes = set()
-    for s in sizes:
-        sv = run.reps("clean", subj, "mr").get(s)
-        rr = lambda p: ratio_cell(ratio_at(s, sv, run.reps("clean", p, "mr").get(s)), notes)
-        rows.append([fmt_size(s)] + [med_cell(run, "clean", c, "mr", s) for c in run.configs] + [rr("tcp"), rr("rxd")])
-    L.append(md_table(header, rows))
-    L.append("")
-    if notes:
-        L.append(notes_line("†", notes))
-        L.append("")
+    L.extend(peer_ratio_table(run, subj, "mr", sizes, ["tcp", "rxd"]))
 
     # No target in issue 5: these show what the windowed and ping-pong programs cannot, a send that
     # completes only when the peer acknowledges it.
@@ -707,18 +712,7 @@ def summary(run):
         L.append("## %s (lower is better; no target); ratios paired per repetition" % title)
         L.append("")
         peers = [p for p in ("tcp", "rxd") if p in run.configs and p != subj]
-        header = ["size"] + list(run.configs) + ["%s/%s, paired" % (subj, p) for p in peers]
-        rows = []
-        notes = set()
-        for s in sizes:
-            sv = run.reps("clean", subj, bench).get(s)
-            rows.append([fmt_size(s)] + [med_cell(run, "clean", c, bench, s) for c in run.configs] +
-                        [ratio_cell(ratio_at(s, sv, run.reps("clean", p, bench).get(s)), notes) for p in peers])
-        L.append(md_table(header, rows))
-        L.append("")
-        if notes:
-            L.append(notes_line("†", notes))
-            L.append("")
+        L.extend(peer_ratio_table(run, subj, bench, sizes, peers))
 
     if run.loss:
         L.append("## Bandwidth under loss, MB/s (window 64), as a fraction of the clean run at the same sizes")
