@@ -66,6 +66,34 @@ fn send_bytes(m: &mut Module, ch: Channel, to: &PeerAddr, data: &[u8], out: &mut
     )
 }
 
+/// Posts `len` bytes of a send buffer `fill` wrote; false when no buffer or credit is free now
+/// (the buffer, if taken, is given back).
+fn try_send_filled(
+    m: &mut Module,
+    ch: Channel,
+    to: &PeerAddr,
+    len: usize,
+    fill: impl Fn(&mut [u8]),
+) -> bool {
+    let Some((id, buf)) = m.tx_buffer(ch) else {
+        return false;
+    };
+    fill(buf);
+    match m.post_send(ch, id, len, to) {
+        Ok(_) => true,
+        Err(e) if e.is_would_block() => {
+            m.release_tx(ch, id);
+            false
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// Marks a streamed datagram's first bytes (its content is not checked).
+fn mark(buf: &mut [u8]) {
+    buf[..8].fill(0xab);
+}
+
 /// Sends `len` bytes of a send buffer `fill` wrote, polling for send credits when none is free.
 fn send_filled(
     m: &mut Module,
@@ -75,15 +103,7 @@ fn send_filled(
     fill: impl Fn(&mut [u8]),
     out: &mut Vec<Completion>,
 ) {
-    loop {
-        if let Some((id, buf)) = m.tx_buffer(ch) {
-            fill(buf);
-            match m.post_send(ch, id, len, to) {
-                Ok(_) => return,
-                Err(e) if e.is_would_block() => m.release_tx(ch, id),
-                Err(e) => panic!("{e}"),
-            }
-        }
+    while !try_send_filled(m, ch, to, len, &fill) {
         out.clear();
         m.poll(ch, 64, out).expect("poll");
         assert!(
@@ -224,15 +244,11 @@ fn duplex(dev: &DeviceInfo, cfg: &FabricConfig, len: usize, count: u64, window: 
             let mut last = now();
             loop {
                 let sent_before = sent;
-                if sent < count && sent - theirs.load(Ordering::Acquire) < window {
-                    if let Some((id, buf)) = m.tx_buffer(Channel::Data) {
-                        buf[..8].fill(0xab);
-                        match m.post_send(Channel::Data, id, len, &to) {
-                            Ok(_) => sent += 1,
-                            Err(e) if e.is_would_block() => m.release_tx(Channel::Data, id),
-                            Err(e) => panic!("{e}"),
-                        }
-                    }
+                if sent < count
+                    && sent - theirs.load(Ordering::Acquire) < window
+                    && try_send_filled(&mut m, Channel::Data, &to, len, mark)
+                {
+                    sent += 1;
                 }
                 out.clear();
                 m.poll(Channel::Data, 64, &mut out).expect("poll");
@@ -521,13 +537,8 @@ fn duplex_blast(
     let mut last_event = now().0;
     loop {
         if sent < count {
-            if let Some((id, buf)) = m.tx_buffer(Channel::Data) {
-                buf[..8].fill(0xab);
-                match m.post_send(Channel::Data, id, len, to) {
-                    Ok(_) => sent += 1,
-                    Err(e) if e.is_would_block() => m.release_tx(Channel::Data, id),
-                    Err(e) => panic!("{e}"),
-                }
+            if try_send_filled(m, Channel::Data, to, len, mark) {
+                sent += 1;
             }
         } else if ended_at.is_none() {
             say(m, to, &ctl(CTL_END, 0, &[]), &mut prio);
