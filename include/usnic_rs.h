@@ -50,6 +50,7 @@ typedef struct {
   int verbose;
   bool ack_thread;
   int rto_min;
+  int lent_hold;
   char *rdma;
   /*
    Fault injector (hidden, level 9): seed, percentages 0..100, delay.

@@ -41,7 +41,9 @@ fn workdir() -> &'static Path {
         )
         .unwrap();
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/plugin");
-        for prog in ["pingpong", "stall", "compute", "threads", "idle", "pvars"] {
+        for prog in [
+            "pingpong", "stall", "compute", "threads", "idle", "pvars", "lentsend",
+        ] {
             let st = Command::new("mpicc")
                 .args(["-O2", "-pthread"])
                 .arg("-o")
@@ -203,6 +205,7 @@ fn every_parameter_has_help() {
         ("verbose", "0"),
         ("ack_thread", "true"),
         ("rto_min", "0"),
+        ("lent_hold", "1000"),
         ("rdma", "none"),
         ("fault_seed", "0"),
         ("fault_send_drop", "0.000000"),
@@ -870,6 +873,60 @@ fn computing_peer_is_not_declared_failed() {
 }
 
 #[test]
+fn a_send_read_in_place_completes_while_its_receiver_computes() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // No ACK helper: the receiver acknowledges nothing for 3 s. A third of the datagrams are
+    // dropped, so the data reaches it partly by retransmissions made after the sender reused
+    // its buffer.
+    let args = |hold: &'static str, drop: &'static str| {
+        [
+            "--mca",
+            "btl",
+            "usnic,self",
+            "--mca",
+            "btl_usnic_ack_thread",
+            "0",
+            "--mca",
+            "btl_usnic_lent_hold",
+            hold,
+            "--mca",
+            "btl_usnic_stats",
+            "1000",
+            "--mca",
+            "btl_usnic_fault_seed",
+            "7",
+            "--mca",
+            "btl_usnic_fault_send_drop",
+            drop,
+        ]
+    };
+    let took = |out: &str| -> u64 {
+        out.lines()
+            .find_map(|l| l.strip_prefix("send returned after "))
+            .and_then(|v| v.strip_suffix(" ms"))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no send time in:\n{out}"))
+    };
+    let o = mpirun(2, &args("1000", "30"), &["lentsend"]);
+    let (out, err) = succeeded(&o);
+    assert!(out.contains("received: 0 bytes differ"), "{out}");
+    assert!(
+        took(&out) < 1500,
+        "the send waited for the computing receiver:\n{out}"
+    );
+    assert!(stat_sum(&err, "lent_released") >= 1, "{err}");
+    assert!(stat_sum(&err, "fault_send_dropped") > 0, "{err}");
+    // Control: held until acknowledged, the send returns only when the receiver computed (no
+    // drops here: a lost barrier message would delay the sender's start by retransmit
+    // timeouts, and the receiver's compute phase runs from its own start).
+    let o = mpirun(2, &args("-1", "0"), &["lentsend"]);
+    let (out, err) = succeeded(&o);
+    assert!(out.contains("received: 0 bytes differ"), "{out}");
+    assert!(took(&out) >= 2500, "{out}");
+    assert_eq!(stat_sum(&err, "lent_released"), 0, "{err}");
+}
+
+#[test]
 fn thread_multiple_four_threads_per_rank() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     for np in [2, 4] {
@@ -1175,7 +1232,7 @@ fn periodic_statistics_are_cumulative_or_relative() {
                     acks_alone acks_piggybacked recvs dup_recvs oow_low_recvs oow_high_recvs \
                     malformed_recvs wrong_key_recvs unknown_sender_recvs bad_chunk_recvs \
                     refused_writes refused_gets ack_recvs dup_acks old_acks credits_exhausted \
-                    bytes_sent bytes_received peers_failed oversize_recvs puts gets frags_live";
+                    bytes_sent bytes_received peers_failed lent_released oversize_recvs puts gets frags_live";
         for l in err.lines().filter(|l| l.contains("btl:usnic: stats")) {
             let (head, rest) = l.split_once("] btl:usnic: stats ").expect("marker");
             assert!(head.starts_with('['), "{l}");

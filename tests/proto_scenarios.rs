@@ -736,6 +736,232 @@ fn a_lent_get_reply_is_copied_when_its_owner_lets_go_and_resent_from_the_copy() 
     );
 }
 
+/// `bytes` lent to A's engine with no owner (a PML fragment read in place), and the flag that
+/// makes any later read fail.
+fn guarded(bytes: &[u8]) -> (Payload, std::sync::Arc<std::sync::atomic::AtomicBool>) {
+    let released = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let lent = Guarded {
+        owner: 0,
+        bytes: bytes.to_vec(),
+        released: released.clone(),
+    };
+    (Payload::from(Box::new(lent) as Box<dyn Lent>), released)
+}
+
+#[test]
+fn a_lent_send_unacknowledged_for_the_hold_completes_and_is_resent_from_a_copy() {
+    let mut ca = cfg(1, 100);
+    ca.peer_timeout = Duration::from_millis(300);
+    let mut p = pair_with(ca, cfg(2, 200));
+    assert_eq!(p.a.config().lent_hold, Some(Duration::from_micros(1000)));
+    let mem: Vec<u8> = (0..3000u32).map(|i| (i * 13) as u8).collect();
+    let (data, released) = guarded(&mem);
+    p.a.submit_send(us(0), p.ab, 4, data, Cookie(7)).unwrap();
+    // t=10: sent whole; the peer computes and acknowledges nothing.
+    assert!(tx(&mut p.a, us(10), Channel::Data).len() >= 3);
+    assert_eq!(
+        p.a.poll_timeout(),
+        Some(us(1010)),
+        "the hold runs from the last segment"
+    );
+    p.a.handle_timeout(us(1009));
+    assert!(events(&mut p.a).is_empty());
+    p.a.handle_timeout(us(1010));
+    assert_eq!(
+        events(&mut p.a),
+        vec![Event::SendComplete {
+            peer: p.ab,
+            cookie: Cookie(7),
+            result: Ok(())
+        }]
+    );
+    assert_eq!(p.a.stats().lent_released, 1);
+    assert!(!p.a.is_idle(p.ab), "still unacknowledged");
+    // The lender reuses its memory; the retransmission comes from the copy.
+    released.store(true, std::sync::atomic::Ordering::SeqCst);
+    let t = p.a.poll_timeout().unwrap();
+    p.a.handle_timeout(t);
+    let resent = tx(&mut p.a, t, Channel::Data);
+    assert!(!resent.is_empty());
+    for d in &resent {
+        p.b.handle_datagram(t + Duration::from_micros(5), Channel::Data, d);
+    }
+    // The timeout resends a few probes; the peer's ACK lets fast repair send the rest.
+    let mut got = Vec::new();
+    let mut now = t + Duration::from_micros(5);
+    for _ in 0..20 {
+        for e in events(&mut p.b) {
+            if let Event::Deliver { data, tag: 4, .. } = e {
+                got = data;
+            }
+        }
+        if !got.is_empty() {
+            break;
+        }
+        now = now + Duration::from_micros(100);
+        p.b.handle_timeout(now);
+        for ack in tx(&mut p.b, now, Channel::Priority) {
+            p.a.handle_datagram(now, Channel::Priority, &ack);
+        }
+        p.a.handle_timeout(now);
+        for d in tx(&mut p.a, now, Channel::Data) {
+            p.b.handle_datagram(now, Channel::Data, &d);
+        }
+    }
+    assert_eq!(got, mem);
+    p.b.handle_timeout(now + Duration::from_micros(100));
+    for ack in tx(
+        &mut p.b,
+        now + Duration::from_micros(100),
+        Channel::Priority,
+    ) {
+        p.a.handle_datagram(now + Duration::from_micros(110), Channel::Priority, &ack);
+    }
+    assert!(p.a.is_idle(p.ab));
+    assert!(events(&mut p.a).is_empty(), "reported once, at the hold");
+}
+
+#[test]
+fn a_released_send_is_not_reported_again_when_its_peer_fails() {
+    let mut ca = cfg(1, 100);
+    ca.peer_timeout = Duration::from_millis(300);
+    let mut p = pair_with(ca, cfg(2, 200));
+    let (data, _released) = guarded(&[5u8; 3000]);
+    p.a.submit_send(us(0), p.ab, 4, data, Cookie(7)).unwrap();
+    tx(&mut p.a, us(0), Channel::Data);
+    let mut seen = Vec::new();
+    let mut t = us(0);
+    while t < us(600_000) {
+        t =
+            p.a.poll_timeout()
+                .expect("work outstanding until the peer fails");
+        p.a.handle_timeout(t);
+        tx(&mut p.a, t, Channel::Data);
+        seen.extend(events(&mut p.a));
+        if seen.iter().any(|e| matches!(e, Event::PeerFailed { .. })) {
+            break;
+        }
+    }
+    let completions: Vec<_> = seen
+        .iter()
+        .filter(|e| matches!(e, Event::SendComplete { .. }))
+        .collect();
+    assert_eq!(
+        completions,
+        vec![&Event::SendComplete {
+            peer: p.ab,
+            cookie: Cookie(7),
+            result: Ok(())
+        }],
+        "{seen:?}"
+    );
+    assert!(seen.iter().any(|e| matches!(e, Event::PeerFailed { .. })));
+}
+
+#[test]
+fn a_lent_send_acknowledged_within_the_hold_is_never_copied() {
+    let mut p = pair();
+    let (data, released) = guarded(&[9u8; 1000]);
+    p.a.submit_send(us(0), p.ab, 4, data, Cookie(7)).unwrap();
+    let d = tx(&mut p.a, us(0), Channel::Data);
+    assert!(matches!(
+        p.b.handle_datagram(us(10), Channel::Data, &d[0]),
+        RxOutcome::Deliver { .. }
+    ));
+    p.b.handle_timeout(us(40));
+    for ack in tx(&mut p.b, us(40), Channel::Priority) {
+        p.a.handle_datagram(us(50), Channel::Priority, &ack);
+    }
+    assert_eq!(
+        events(&mut p.a),
+        vec![Event::SendComplete {
+            peer: p.ab,
+            cookie: Cookie(7),
+            result: Ok(())
+        }]
+    );
+    released.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(p.a.poll_timeout(), None, "the hold left with the op");
+    p.a.handle_timeout(us(5000));
+    assert!(events(&mut p.a).is_empty());
+    assert_eq!(p.a.stats().lent_released, 0);
+}
+
+#[test]
+fn a_hold_left_by_an_op_acknowledged_out_of_order_does_not_release_its_slots_next_op() {
+    let mut p = pair();
+    // X (3 segments) is lost, Y (1 segment) arrives: the ACK completes Y only.
+    let (x, _) = guarded(&[1u8; 3000]);
+    let (y, _) = guarded(&[2u8; 1000]);
+    p.a.submit_send(us(0), p.ab, 4, x, Cookie(1)).unwrap();
+    p.a.submit_send(us(0), p.ab, 4, y, Cookie(2)).unwrap();
+    let d = tx(&mut p.a, us(0), Channel::Data);
+    assert_eq!(d.len(), 4);
+    p.b.handle_datagram(us(10), Channel::Data, &d[3]);
+    p.b.handle_timeout(us(40));
+    for ack in tx(&mut p.b, us(40), Channel::Priority) {
+        p.a.handle_datagram(us(50), Channel::Priority, &ack);
+    }
+    assert_eq!(
+        events(&mut p.a),
+        vec![Event::SendComplete {
+            peer: p.ab,
+            cookie: Cookie(2),
+            result: Ok(())
+        }]
+    );
+    // Z takes Y's slot (same cookie, as a reused descriptor would have) and goes out at t=60.
+    let (z, _) = guarded(&[3u8; 1000]);
+    p.a.submit_send(us(60), p.ab, 4, z, Cookie(2)).unwrap();
+    tx(&mut p.a, us(60), Channel::Data);
+    // X was due at t=1000, but the peer acknowledged at t=50: it is given until t=1050. Then
+    // only X goes; Y's old entry must not release Z, whose own hold ends at t=1060.
+    p.a.handle_timeout(us(1000));
+    p.a.handle_timeout(us(1049));
+    assert!(events(&mut p.a).is_empty());
+    p.a.handle_timeout(us(1050));
+    assert_eq!(
+        events(&mut p.a),
+        vec![Event::SendComplete {
+            peer: p.ab,
+            cookie: Cookie(1),
+            result: Ok(())
+        }]
+    );
+    p.a.handle_timeout(us(1059));
+    assert!(events(&mut p.a).is_empty());
+    p.a.handle_timeout(us(1060));
+    assert_eq!(
+        events(&mut p.a),
+        vec![Event::SendComplete {
+            peer: p.ab,
+            cookie: Cookie(2),
+            result: Ok(())
+        }]
+    );
+    assert_eq!(p.a.stats().lent_released, 2);
+}
+
+#[test]
+fn without_a_hold_a_lent_send_waits_for_its_ack() {
+    let ca = Config {
+        lent_hold: None,
+        ..cfg(1, 100)
+    };
+    let mut p = pair_with(ca, cfg(2, 200));
+    let (data, _) = guarded(&[5u8; 3000]);
+    p.a.submit_send(us(0), p.ab, 4, data, Cookie(7)).unwrap();
+    tx(&mut p.a, us(0), Channel::Data);
+    assert_eq!(
+        p.a.poll_timeout(),
+        Some(us(5000)),
+        "only the retransmit timer"
+    );
+    p.a.handle_timeout(us(5000));
+    assert!(events(&mut p.a).is_empty());
+    assert_eq!(p.a.stats().lent_released, 0);
+}
+
 #[test]
 fn a_lent_put_source_is_copied_when_its_owner_lets_go_and_resent_from_the_copy() {
     let mut p = pair();
@@ -1228,8 +1454,15 @@ fn tx_gathered(e: &mut Engine, t: Instant, ch: Channel, min: usize) -> (Vec<Vec<
 fn gathered_transmits_are_the_copied_ones() {
     // Two identical senders, one copying payloads behind the header and one leaving those of
     // 600 bytes or more in place: the same datagrams, first sends and timeout resends, owned
-    // and lent (two pieces, split inside a segment) payloads alike.
-    let (mut copied, mut gathered) = (pair(), pair());
+    // and lent (two pieces, split inside a segment) payloads alike (lent until acknowledged).
+    let keep_lent = |id, isn| Config {
+        lent_hold: None,
+        ..cfg(id, isn)
+    };
+    let (mut copied, mut gathered) = (
+        pair_with(keep_lent(1, 100), keep_lent(2, 200)),
+        pair_with(keep_lent(1, 100), keep_lent(2, 200)),
+    );
     for p in [&mut copied, &mut gathered] {
         let data: Vec<u8> = (0..6000u32).map(|i| (i * 7) as u8).collect();
         p.a.submit_send(us(0), p.ab, 1, data.clone(), Cookie(1))

@@ -438,7 +438,7 @@ pub fn progress() -> i32 {
 
 /// Every counter of the protocol core, by its `Stats` field name (the statistics line's keys;
 /// a unit test checks that none is missing).
-pub fn core_counters(s: &Stats) -> [(&'static str, u64); 24] {
+pub fn core_counters(s: &Stats) -> [(&'static str, u64); 25] {
     [
         ("sends", s.sends),
         ("frag_sends", s.frag_sends),
@@ -464,6 +464,7 @@ pub fn core_counters(s: &Stats) -> [(&'static str, u64); 24] {
         ("bytes_sent", s.bytes_sent),
         ("bytes_received", s.bytes_received),
         ("peers_failed", s.peers_failed),
+        ("lent_released", s.lent_released),
     ]
 }
 

@@ -48,6 +48,7 @@ pub struct usnic_rs_params_t {
     pub verbose: c_int,
     pub ack_thread: bool,
     pub rto_min: c_int,
+    pub lent_hold: c_int,
     pub rdma: *mut c_char,
     /// Fault injector (hidden, level 9): seed, percentages 0..100, delay.
     pub fault_seed: c_int,
@@ -97,6 +98,9 @@ pub struct Settings {
     pub ack_thread: bool,
     /// 0 = the core's default floor.
     pub rto_min_us: u64,
+    /// How long a send read in place waits for its ACK before it is copied and reported
+    /// complete; `None`: until acknowledged.
+    pub lent_hold_us: Option<u64>,
     /// Emulated RDMA offered to the PML: (PUT, GET).
     pub rdma: (bool, bool),
     /// Fault injection for every module (`seed` not yet mixed with rank and module index);
@@ -351,6 +355,17 @@ impl Settings {
             verbose: at_least("verbose", p.verbose, 0)? as u32,
             ack_thread: p.ack_thread,
             rto_min_us: at_least("rto_min", p.rto_min, 0)? as u64,
+            lent_hold_us: match p.lent_hold {
+                -1 => None,
+                v if v >= 0 => Some(v as u64),
+                v => {
+                    return Err(ParamError::invalid(
+                        "lent_hold",
+                        v,
+                        "must be -1 (wait for the acknowledgement) or >= 0 microseconds",
+                    ))
+                }
+            },
             rdma: parse_rdma(opt_string("rdma", p.rdma)?.as_deref())?,
             faults: fault_config(p)?,
         })
@@ -390,6 +405,7 @@ impl Settings {
             rx_window: 0,
             max_held: 0,
             prompt_ack_from: self.copy_below(),
+            lent_hold: self.lent_hold_us.map(Duration::from_micros),
         }
     }
 }
@@ -435,6 +451,7 @@ pub(crate) mod tests {
             verbose: 0,
             ack_thread: true,
             rto_min: 0,
+            lent_hold: 1000,
             rdma: core::ptr::null_mut(),
             fault_seed: 0,
             fault_send_drop: 0.0,
@@ -459,6 +476,20 @@ pub(crate) mod tests {
         assert_eq!(c.data_mtu, 9000);
         assert_eq!(c.rto_initial, Duration::from_micros(5000));
         assert_eq!(c.ack_delay, Duration::from_micros(30));
+        assert_eq!(c.lent_hold, Some(Duration::from_micros(1000)));
+        assert_eq!(c.lent_hold, Config::default().lent_hold);
+    }
+
+    #[test]
+    fn lent_hold_minus_one_waits_for_the_ack() {
+        let prov = CString::new("udp").unwrap();
+        let mut p = defaults(&prov);
+        p.lent_hold = -1;
+        let s = Settings::from_params(&p).unwrap();
+        assert_eq!(s.engine_config(1472, 768).lent_hold, None);
+        p.lent_hold = 0;
+        let s = Settings::from_params(&p).unwrap();
+        assert_eq!(s.engine_config(1472, 768).lent_hold, Some(Duration(0)));
     }
 
     #[test]
@@ -483,8 +514,9 @@ pub(crate) mod tests {
     fn bad_values_name_the_parameter() {
         let prov = CString::new("udp").unwrap();
         type Case = (&'static str, fn(&mut usnic_rs_params_t));
-        let cases: [Case; 8] = [
+        let cases: [Case; 9] = [
             ("btl_usnic_sd_num", |p| p.sd_num = -5),
+            ("btl_usnic_lent_hold", |p| p.lent_hold = -2),
             ("btl_usnic_window", |p| p.window = 5000),
             ("btl_usnic_retrans_timeout", |p| p.retrans_timeout = 0),
             ("btl_usnic_mtu", |p| p.mtu = 100),

@@ -89,6 +89,11 @@ pub const COUNTERS: &[Counter] = &[
         "Peers declared failed (btl_usnic_peer_timeout)\0",
         |s| s.peers_failed,
     ),
+    (
+        "num_lent_released\0",
+        "Sends read in place copied and completed before their ACK (btl_usnic_lent_hold)\0",
+        |s| s.lent_released,
+    ),
 ];
 
 pub fn name(i: usize) -> *const c_char {

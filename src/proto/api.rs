@@ -86,11 +86,22 @@ pub struct Config {
     /// ACK (a blocking send waits for it). Smaller ones were copied by their sender, and
     /// their ACK waits up to `ack_delay` for a reply to ride on.
     pub prompt_ack_from: usize,
+    /// A fragment read in place (`Payload::Lent`) sent whole at least this long ago, to a peer
+    /// that has acknowledged nothing for as long, is copied, and `SendComplete` reports it done
+    /// (the copy serves any retransmission). A peer that computes outside its MPI calls
+    /// acknowledges only when it returns to one, so without this a blocking send to it waits as
+    /// long; a peer that keeps acknowledging will get to this fragment too, so nothing is
+    /// copied while it does. `None`: wait for the ACK however long it takes.
+    pub lent_hold: Option<Duration>,
 }
 
 /// `Config::prompt_ack_from` by default: the Open MPI edge's default copy threshold
 /// (`btl_usnic_pack_lazy_threshold`) is this same value, so the two agree unless set.
 pub const DEFAULT_PROMPT_ACK_FROM: usize = 16384;
+
+/// `Config::lent_hold` by default: longer than a peer inside MPI goes without acknowledging
+/// anything (a sender's own long transmit pass included), far shorter than a compute phase.
+pub const DEFAULT_LENT_HOLD: Duration = Duration::from_micros(1000);
 
 impl Default for Config {
     fn default() -> Self {
@@ -112,6 +123,7 @@ impl Default for Config {
             rx_window: 0,
             max_held: 0,
             prompt_ack_from: DEFAULT_PROMPT_ACK_FROM,
+            lent_hold: Some(DEFAULT_LENT_HOLD),
         }
     }
 }
@@ -372,4 +384,7 @@ pub struct Stats {
     pub bytes_received: u64,
     /// Peers reported in `Event::PeerFailed`.
     pub peers_failed: u64,
+    /// Fragments read in place copied after `Config::lent_hold` without their ACK (and
+    /// reported complete then).
+    pub lent_released: u64,
 }

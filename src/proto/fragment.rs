@@ -42,8 +42,13 @@ pub struct Op {
     pub segs_out: u32,
     /// Every segment has been sent at least once.
     pub all_sent: bool,
-    /// Completion already reported (a refused put keeps its segments until acknowledged).
+    /// Completion already reported (a refused put keeps its segments until acknowledged, a
+    /// released send until its copy is).
     pub reported: bool,
+    /// When lent bytes sent whole are copied and reported if still unacknowledged
+    /// (`Config::lent_hold`); also tells this op's entry in `Peer::lent_q` from a later op's
+    /// in the same slot.
+    pub release_at: Option<crate::proto::api::Instant>,
 }
 
 impl Op {

@@ -71,11 +71,21 @@ impl Payload {
         if owner == 0 || l.owner() != owner {
             return false;
         }
+        self.copy_lent_into(Vec::new())
+    }
+
+    /// Replaces lent bytes, whoever lent them, with a copy made in `buf` (emptied first);
+    /// true if it did. Owned bytes stay as they are and `buf` is dropped.
+    pub fn copy_lent_into(&mut self, mut buf: Vec<u8>) -> bool {
+        let Payload::Lent(l) = self else {
+            return false;
+        };
         let [a, b] = l.pieces();
-        let mut v = Vec::with_capacity(a.len() + b.len());
-        v.extend_from_slice(a);
-        v.extend_from_slice(b);
-        *self = Payload::Owned(v);
+        buf.clear();
+        buf.reserve_exact(a.len() + b.len());
+        buf.extend_from_slice(a);
+        buf.extend_from_slice(b);
+        *self = Payload::Owned(buf);
         true
     }
 
@@ -154,6 +164,18 @@ mod tests {
         assert!(!p.own(7), "already a copy");
         let mut anon = Payload::from(Box::new(Two(vec![1], vec![2])) as Box<dyn Lent>);
         assert!(!anon.own(0), "lent without an owner stays lent");
+    }
+
+    #[test]
+    fn copy_lent_into_takes_any_lender_and_reuses_the_buffer() {
+        let mut p = Payload::from(Box::new(Two(vec![1, 2], vec![3])) as Box<dyn Lent>);
+        let mut buf = Vec::with_capacity(64);
+        buf.extend_from_slice(&[9, 9, 9, 9]);
+        let at = buf.as_ptr();
+        assert!(p.copy_lent_into(buf));
+        assert!(matches!(&p, Payload::Owned(v) if v == &[1, 2, 3] && v.as_ptr() == at));
+        assert!(!p.copy_lent_into(Vec::new()), "already owned");
+        assert!(matches!(&p, Payload::Owned(v) if v == &[1, 2, 3]));
     }
 
     #[test]

@@ -64,6 +64,9 @@ pub struct Peer {
     pub puts: HashMap<u32, u32>,
     pub gets: HashMap<u32, PendingGet>,
     pub held_puts: Vec<HeldPut>,
+    /// Lent sends sent whole, in the order their `Op::release_at` falls due: (slab index,
+    /// release_at).
+    pub lent_q: VecDeque<(u32, Instant)>,
 
     // --- receive direction
     pub rw: RecvWindow,
@@ -128,6 +131,7 @@ impl Peer {
             puts: HashMap::new(),
             gets: HashMap::new(),
             held_puts: Vec::new(),
+            lent_q: VecDeque::new(),
             ack_owed: false,
             ack_deadline: Instant(0),
             ack_due: false,

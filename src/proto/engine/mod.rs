@@ -345,7 +345,7 @@ fn finish_op(
         spares.give(buf);
     }
     match op.kind {
-        OpKind::Send { .. } => events.push_back(Event::SendComplete {
+        OpKind::Send { .. } if !op.reported => events.push_back(Event::SendComplete {
             peer,
             cookie: op.cookie,
             result,

@@ -27,6 +27,7 @@ impl Engine {
             segs_out: 0,
             all_sent: false,
             reported: false,
+            release_at: None,
         }
     }
 

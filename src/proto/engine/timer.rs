@@ -1,8 +1,12 @@
 //! Time passing: retransmit timeouts, fast-repair timers, delayed ACKs, peer failure.
 
+use std::collections::VecDeque;
+
 use super::ack::detect_losses;
 use super::Engine;
 use crate::proto::api::*;
+use crate::proto::peer::Peer;
+use crate::proto::spare::Spares;
 use crate::proto::window::SegState;
 
 /// Expired segments resent per peer per timeout (the rest wait for the probes' ACKs). A
@@ -62,6 +66,15 @@ impl Engine {
                     }
                 }
             }
+            release_lent(
+                p,
+                PeerId(pid),
+                now,
+                self.cfg.lent_hold,
+                &mut self.events,
+                &mut self.spares,
+                &mut self.stats,
+            );
             let mut lost = expired;
             if p.rack_deadline.is_some_and(|d| d <= now) {
                 lost |= detect_losses(p, now);
@@ -98,6 +111,9 @@ impl Engine {
             if let Some(d) = p.rack_deadline {
                 at(d);
             }
+            if let (Some(&(_, d)), Some(hold)) = (p.lent_q.front(), self.cfg.lent_hold) {
+                at(d.max(p.last_progress + hold));
+            }
             if p.ack_owed && !p.ack_due {
                 at(p.ack_deadline);
             }
@@ -106,5 +122,51 @@ impl Engine {
             }
         }
         t
+    }
+}
+
+/// Lent sends still unacknowledged `Config::lent_hold` after they went out whole, from a peer
+/// that acknowledged nothing for as long: copied (retransmissions read the copy) and reported
+/// complete, so the lender may reuse its memory while the peer is away from its progress
+/// loop. The op stays until it is acknowledged.
+fn release_lent(
+    p: &mut Peer,
+    peer: PeerId,
+    now: Instant,
+    hold: Option<Duration>,
+    events: &mut VecDeque<Event>,
+    spares: &mut Spares,
+    stats: &mut Stats,
+) {
+    let Some(hold) = hold else {
+        return;
+    };
+    if now < p.last_progress + hold {
+        // Still acknowledging (across hosts a whole fragment's ACKs can queue behind a long
+        // transmit pass): copying would only cost.
+        return;
+    }
+    while let Some(&(idx, at)) = p.lent_q.front() {
+        if at > now {
+            break;
+        }
+        p.lent_q.pop_front();
+        let Some(op) = p
+            .ops
+            .get_mut(idx)
+            .filter(|op| op.release_at == Some(at) && !op.reported)
+        else {
+            // Acknowledged (and its slot perhaps reused) since.
+            continue;
+        };
+        if op.data.copy_lent_into(spares.with_capacity(op.data.len())) {
+            op.reported = true;
+            stats.lent_released += 1;
+            events.push_back(Event::SendComplete {
+                peer,
+                cookie: op.cookie,
+                result: Ok(()),
+            });
+        }
     }
 }

@@ -5,6 +5,7 @@ use super::Engine;
 use crate::proto::api::*;
 use crate::proto::fragment::OpKind;
 use crate::proto::hotel::RoomId;
+use crate::proto::payload::Payload;
 use crate::proto::peer::Peer;
 use crate::proto::seq::Seq;
 use crate::proto::window::{SegRec, SegState};
@@ -176,6 +177,12 @@ impl Engine {
             let kind = op.wire_kind();
             if op.advance(len) {
                 q.pop_front();
+                if let (Some(hold), OpKind::Send { .. }, Payload::Lent(_)) =
+                    (self.cfg.lent_hold, &op.kind, &op.data)
+                {
+                    op.release_at = Some(now + hold);
+                    p.lent_q.push_back((idx, now + hold));
+                }
             }
             let rto = p.rtt.rto();
             let seq = p.sw.next;
