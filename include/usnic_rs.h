@@ -86,6 +86,15 @@ typedef struct {
 } usnic_rs_module_info_t;
 
 /*
+ Writes every parameter's default into `*out`, which the shim then registers with Open MPI
+ (a variable's value at registration is its default).
+
+ # Safety
+ `out` must be NULL or point to a writable parameter block.
+ */
+void usnic_rs_param_defaults(usnic_rs_params_t *out);
+
+/*
  Component open: nothing to do before the parameters are known.
  */
 int32_t usnic_rs_component_open(void);

@@ -15,7 +15,7 @@ use super::component::{self, with_component, with_module};
 use super::frag::Frag;
 use super::lock;
 use super::module::ModuleCell;
-use super::params::usnic_rs_params_t;
+use super::params::{self, usnic_rs_params_t};
 use super::rdma::{self, RdmaArgs, RegHandle};
 use super::status::*;
 use super::sys::{
@@ -39,6 +39,21 @@ pub struct usnic_rs_module_info_t {
     pub rdma_limit: usize,
     /// btl_registration_handle_size.
     pub registration_handle_size: usize,
+}
+
+/// Writes every parameter's default into `*out`, which the shim then registers with Open MPI
+/// (a variable's value at registration is its default).
+///
+/// # Safety
+/// `out` must be NULL or point to a writable parameter block.
+#[no_mangle]
+pub unsafe extern "C" fn usnic_rs_param_defaults(out: *mut usnic_rs_params_t) {
+    guard("parameter defaults", (), || {
+        if !out.is_null() {
+            // SAFETY: non-NULL, and the caller promises it is writable.
+            unsafe { out.write(params::param_defaults()) };
+        }
+    })
 }
 
 /// Component open: nothing to do before the parameters are known.

@@ -410,63 +410,64 @@ impl Settings {
     }
 }
 
+/// Every parameter's default. The shim fills its parameter block with these before it
+/// registers the parameters, and Open MPI takes each variable's value at registration as its
+/// default, so this is the one place the defaults are written.
+pub fn param_defaults() -> usnic_rs_params_t {
+    usnic_rs_params_t {
+        max_btls: 0,
+        if_include: core::ptr::null_mut(),
+        if_exclude: core::ptr::null_mut(),
+        stats: 0,
+        stats_relative: false,
+        sd_num: -1,
+        rd_num: -1,
+        prio_sd_num: -1,
+        prio_rd_num: -1,
+        cq_num: -1,
+        av_eq_num: 1024,
+        base_udp_port: 0,
+        retrans_timeout: 5000,
+        max_resends_per_iteration: 16,
+        priority_limit: 0,
+        eager_limit: 0,
+        rndv_eager_limit: 0,
+        max_send_size: 0,
+        pack_lazy_threshold: DEFAULT_PACK_LAZY_THRESHOLD as c_int,
+        show_route_failures: true,
+        connectivity_check: true,
+        connectivity_ack_timeout: 250,
+        connectivity_error_num_retries: 40,
+        connectivity_map: core::ptr::null_mut(),
+        provider: c"udp".as_ptr() as *mut c_char,
+        ack_delay: 30,
+        peer_timeout: 20000,
+        same_node: true,
+        mtu: 0,
+        window: 4096,
+        verbose: 0,
+        ack_thread: true,
+        rto_min: 0,
+        lent_hold: (crate::proto::DEFAULT_LENT_HOLD.0 / 1_000) as c_int,
+        rdma: c"none".as_ptr() as *mut c_char,
+        fault_seed: 0,
+        fault_send_drop: 0.0,
+        fault_send_dup: 0.0,
+        fault_send_delay: 0.0,
+        fault_recv_drop: 0.0,
+        fault_recv_dup: 0.0,
+        fault_delay_us: 1000,
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
     use std::ffi::CString;
 
-    /// The defaults the shim registers (kept in one place for tests).
-    pub(crate) fn defaults(provider: &CString) -> usnic_rs_params_t {
-        usnic_rs_params_t {
-            max_btls: 0,
-            if_include: core::ptr::null_mut(),
-            if_exclude: core::ptr::null_mut(),
-            stats: 0,
-            stats_relative: false,
-            sd_num: -1,
-            rd_num: -1,
-            prio_sd_num: -1,
-            prio_rd_num: -1,
-            cq_num: -1,
-            av_eq_num: 1024,
-            base_udp_port: 0,
-            retrans_timeout: 5000,
-            max_resends_per_iteration: 16,
-            priority_limit: 0,
-            eager_limit: 0,
-            rndv_eager_limit: 0,
-            max_send_size: 0,
-            pack_lazy_threshold: 16384,
-            show_route_failures: true,
-            connectivity_check: true,
-            connectivity_ack_timeout: 250,
-            connectivity_error_num_retries: 40,
-            connectivity_map: core::ptr::null_mut(),
-            provider: provider.as_ptr() as *mut c_char,
-            ack_delay: 30,
-            peer_timeout: 20000,
-            same_node: true,
-            mtu: 0,
-            window: 4096,
-            verbose: 0,
-            ack_thread: true,
-            rto_min: 0,
-            lent_hold: 1000,
-            rdma: core::ptr::null_mut(),
-            fault_seed: 0,
-            fault_send_drop: 0.0,
-            fault_send_dup: 0.0,
-            fault_send_delay: 0.0,
-            fault_recv_drop: 0.0,
-            fault_recv_dup: 0.0,
-            fault_delay_us: 1000,
-        }
-    }
-
     #[test]
     fn defaults_validate() {
-        let prov = CString::new("udp").unwrap();
-        let s = Settings::from_params(&defaults(&prov)).unwrap();
+        let s = Settings::from_params(&param_defaults()).unwrap();
         assert_eq!(s.provider, "udp");
         assert_eq!(s.priority_limit, DEFAULT_PRIORITY_LIMIT);
         assert_eq!(s.rndv_eager_limit, DEFAULT_RNDV_EAGER_LIMIT);
@@ -482,8 +483,7 @@ pub(crate) mod tests {
 
     #[test]
     fn lent_hold_minus_one_waits_for_the_ack() {
-        let prov = CString::new("udp").unwrap();
-        let mut p = defaults(&prov);
+        let mut p = param_defaults();
         p.lent_hold = -1;
         let s = Settings::from_params(&p).unwrap();
         assert_eq!(s.engine_config(1472, 768).lent_hold, None);
@@ -494,10 +494,9 @@ pub(crate) mod tests {
 
     #[test]
     fn include_and_exclude_conflict() {
-        let prov = CString::new("udp").unwrap();
         let inc = CString::new("eth0").unwrap();
         let exc = CString::new("lo").unwrap();
-        let mut p = defaults(&prov);
+        let mut p = param_defaults();
         p.if_include = inc.as_ptr() as *mut c_char;
         p.if_exclude = exc.as_ptr() as *mut c_char;
         let e = Settings::from_params(&p).unwrap_err().to_string();
@@ -512,7 +511,6 @@ pub(crate) mod tests {
 
     #[test]
     fn bad_values_name_the_parameter() {
-        let prov = CString::new("udp").unwrap();
         type Case = (&'static str, fn(&mut usnic_rs_params_t));
         let cases: [Case; 9] = [
             ("btl_usnic_sd_num", |p| p.sd_num = -5),
@@ -526,7 +524,7 @@ pub(crate) mod tests {
             ("btl_usnic_max_send_size", |p| p.max_send_size = 100),
         ];
         for (name, set) in cases {
-            let mut p = defaults(&prov);
+            let mut p = param_defaults();
             set(&mut p);
             let e = Settings::from_params(&p).unwrap_err().to_string();
             assert!(e.starts_with(name), "{name}: {e}");
@@ -549,8 +547,7 @@ pub(crate) mod tests {
 
     #[test]
     fn fault_percentages() {
-        let prov = CString::new("udp").unwrap();
-        let mut p = defaults(&prov);
+        let mut p = param_defaults();
         assert_eq!(Settings::from_params(&p).unwrap().faults, None);
         p.fault_seed = 7;
         p.fault_send_drop = 10.0;
@@ -575,7 +572,7 @@ pub(crate) mod tests {
             ("btl_usnic_fault_delay_us=-2 ", |p| p.fault_delay_us = -2),
         ];
         for (want, set) in cases {
-            let mut p = defaults(&prov);
+            let mut p = param_defaults();
             set(&mut p);
             let e = Settings::from_params(&p).unwrap_err().to_string();
             assert!(e.starts_with(want), "{want}: {e}");
@@ -585,9 +582,9 @@ pub(crate) mod tests {
     #[test]
     fn empty_provider_is_refused() {
         let prov = CString::new("  ").unwrap();
-        let e = Settings::from_params(&defaults(&prov))
-            .unwrap_err()
-            .to_string();
+        let mut p = param_defaults();
+        p.provider = prov.as_ptr() as *mut c_char;
+        let e = Settings::from_params(&p).unwrap_err().to_string();
         assert!(e.contains("btl_usnic_provider"), "{e}");
     }
 }
