@@ -56,6 +56,15 @@ fn events(e: &mut Engine) -> Vec<Event> {
     std::iter::from_fn(|| e.poll_event()).collect()
 }
 
+/// The events of one send to `peer` that completed well.
+fn sent_ok(peer: PeerId, cookie: u64) -> Vec<Event> {
+    vec![Event::SendComplete {
+        peer,
+        cookie: Cookie(cookie),
+        result: Ok(()),
+    }]
+}
+
 #[test]
 fn delayed_ack_fires_after_ack_delay() {
     let mut p = pair();
@@ -93,14 +102,7 @@ fn delayed_ack_fires_after_ack_delay() {
         p.a.handle_datagram(us(50), Channel::Priority, &acks[0]),
         RxOutcome::Consumed
     );
-    assert_eq!(
-        events(&mut p.a),
-        vec![Event::SendComplete {
-            peer: p.ab,
-            cookie: Cookie(1),
-            result: Ok(())
-        }]
-    );
+    assert_eq!(events(&mut p.a), sent_ok(p.ab, 1));
     assert!(p.a.is_idle(p.ab));
     assert_eq!(p.a.poll_timeout(), None, "nothing left to time");
 }
@@ -132,14 +134,7 @@ fn piggybacking_suppresses_the_standalone_ack() {
         p.a.handle_datagram(us(30), Channel::Data, &r[0]),
         RxOutcome::Deliver { .. }
     ));
-    assert_eq!(
-        events(&mut p.a),
-        vec![Event::SendComplete {
-            peer: p.ab,
-            cookie: Cookie(1),
-            result: Ok(())
-        }]
-    );
+    assert_eq!(events(&mut p.a), sent_ok(p.ab, 1));
 }
 
 #[test]
@@ -198,14 +193,7 @@ fn one_loss_repaired_in_one_round_trip() {
     let a2 = tx(&mut p.b, us(35), Channel::Priority);
     assert_eq!(a2.len(), 1);
     p.a.handle_datagram(us(45), Channel::Priority, &a2[0]);
-    assert_eq!(
-        events(&mut p.a),
-        vec![Event::SendComplete {
-            peer: p.ab,
-            cookie: Cookie(2),
-            result: Ok(())
-        }]
-    );
+    assert_eq!(events(&mut p.a), sent_ok(p.ab, 2));
     assert!(p.a.is_idle(p.ab));
 }
 
@@ -767,14 +755,7 @@ fn a_lent_send_unacknowledged_for_the_hold_completes_and_is_resent_from_a_copy()
     p.a.handle_timeout(us(1009));
     assert!(events(&mut p.a).is_empty());
     p.a.handle_timeout(us(1010));
-    assert_eq!(
-        events(&mut p.a),
-        vec![Event::SendComplete {
-            peer: p.ab,
-            cookie: Cookie(7),
-            result: Ok(())
-        }]
-    );
+    assert_eq!(events(&mut p.a), sent_ok(p.ab, 7));
     assert_eq!(p.a.stats().lent_released, 1);
     assert!(!p.a.is_idle(p.ab), "still unacknowledged");
     // The lender reuses its memory; the retransmission comes from the copy.
@@ -872,14 +853,7 @@ fn a_lent_send_acknowledged_within_the_hold_is_never_copied() {
     for ack in tx(&mut p.b, us(40), Channel::Priority) {
         p.a.handle_datagram(us(50), Channel::Priority, &ack);
     }
-    assert_eq!(
-        events(&mut p.a),
-        vec![Event::SendComplete {
-            peer: p.ab,
-            cookie: Cookie(7),
-            result: Ok(())
-        }]
-    );
+    assert_eq!(events(&mut p.a), sent_ok(p.ab, 7));
     released.store(true, std::sync::atomic::Ordering::SeqCst);
     assert_eq!(p.a.poll_timeout(), None, "the hold left with the op");
     p.a.handle_timeout(us(5000));
@@ -902,14 +876,7 @@ fn a_hold_left_by_an_op_acknowledged_out_of_order_does_not_release_its_slots_nex
     for ack in tx(&mut p.b, us(40), Channel::Priority) {
         p.a.handle_datagram(us(50), Channel::Priority, &ack);
     }
-    assert_eq!(
-        events(&mut p.a),
-        vec![Event::SendComplete {
-            peer: p.ab,
-            cookie: Cookie(2),
-            result: Ok(())
-        }]
-    );
+    assert_eq!(events(&mut p.a), sent_ok(p.ab, 2));
     // Z takes Y's slot (same cookie, as a reused descriptor would have) and goes out at t=60.
     let (z, _) = guarded(&[3u8; 1000]);
     p.a.submit_send(us(60), p.ab, 4, z, Cookie(2)).unwrap();
@@ -920,25 +887,11 @@ fn a_hold_left_by_an_op_acknowledged_out_of_order_does_not_release_its_slots_nex
     p.a.handle_timeout(us(1049));
     assert!(events(&mut p.a).is_empty());
     p.a.handle_timeout(us(1050));
-    assert_eq!(
-        events(&mut p.a),
-        vec![Event::SendComplete {
-            peer: p.ab,
-            cookie: Cookie(1),
-            result: Ok(())
-        }]
-    );
+    assert_eq!(events(&mut p.a), sent_ok(p.ab, 1));
     p.a.handle_timeout(us(1059));
     assert!(events(&mut p.a).is_empty());
     p.a.handle_timeout(us(1060));
-    assert_eq!(
-        events(&mut p.a),
-        vec![Event::SendComplete {
-            peer: p.ab,
-            cookie: Cookie(2),
-            result: Ok(())
-        }]
-    );
+    assert_eq!(events(&mut p.a), sent_ok(p.ab, 2));
     assert_eq!(p.a.stats().lent_released, 2);
 }
 
