@@ -175,6 +175,7 @@ impl Engine {
         *c = (*c + 1).min(max);
     }
 
+    #[inline]
     pub fn poll_event(&mut self) -> Option<Event> {
         self.commit_write();
         self.events.pop_front()
@@ -334,6 +335,7 @@ const _: fn() = || {
 };
 
 /// Reports an op's completion (if its kind reports one); its bytes become a spare.
+#[inline]
 fn finish_op(
     peer: PeerId,
     op: Op,

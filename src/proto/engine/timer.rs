@@ -98,6 +98,7 @@ impl Engine {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let mut t: Option<Instant> = None;
         let mut at = |x: Instant| t = Some(t.map_or(x, |t| t.min(x)));
+        let hold = self.cfg.lent_hold;
         if self.resend_budget == 0 && !self.resend_list.is_empty() {
             at(self.last_now);
         }
@@ -111,7 +112,7 @@ impl Engine {
             if let Some(d) = p.rack_deadline {
                 at(d);
             }
-            if let (Some(&(_, d)), Some(hold)) = (p.lent_q.front(), self.cfg.lent_hold) {
+            if let (Some(hold), Some(&(_, d))) = (hold, p.lent_q.front()) {
                 at(d.max(p.last_progress + hold));
             }
             if p.ack_owed && !p.ack_due {
