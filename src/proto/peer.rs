@@ -146,6 +146,23 @@ impl Peer {
         }
     }
 
+    /// Drops the entries at the front of `lent_q` whose send was acknowledged or released
+    /// since, so the front is a send still waiting. Called when a lent send finishes: one
+    /// acknowledged out of order behind a waiting one leaves when that one does, and a stream
+    /// the peer keeps acknowledging never piles entries up.
+    pub fn prune_lent(&mut self) {
+        while let Some(&(idx, at)) = self.lent_q.front() {
+            let waiting = self
+                .ops
+                .get(idx)
+                .is_some_and(|op| op.release_at == Some(at) && !op.reported);
+            if waiting {
+                break;
+            }
+            self.lent_q.pop_front();
+        }
+    }
+
     pub fn alloc_msg_id(&mut self) -> u32 {
         let id = self.next_msg_id;
         self.next_msg_id = self.next_msg_id.wrapping_add(1).max(1);

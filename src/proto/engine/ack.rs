@@ -140,12 +140,8 @@ fn delivered(
         if op.is_complete() {
             let id = op.id;
             let op = p.ops.remove(rec.op).expect("present");
-            if let Some(at) = op.release_at {
-                // Acknowledged within the hold: its entry leaves with it (ops finish mostly in
-                // order; one finished out of order is skipped when its entry falls due).
-                if p.lent_q.front() == Some(&(rec.op, at)) {
-                    p.lent_q.pop_front();
-                }
+            if op.release_at.is_some() {
+                p.prune_lent();
             }
             if matches!(op.kind, crate::proto::fragment::OpKind::Put { .. }) {
                 p.puts.remove(&id);
