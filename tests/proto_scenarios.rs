@@ -895,6 +895,45 @@ fn a_hold_left_by_an_op_acknowledged_out_of_order_does_not_release_its_slots_nex
     assert_eq!(p.a.stats().lent_released, 2);
 }
 
+/// B acknowledges what it has (after its ACK delay, at `t` + 30 µs) and A reads the ACK.
+fn ack_back(p: &mut Pair, t: u64) {
+    p.b.handle_timeout(us(t + 30));
+    for d in tx(&mut p.b, us(t + 30), Channel::Priority) {
+        p.a.handle_datagram(us(t + 40), Channel::Priority, &d);
+    }
+}
+
+#[test]
+fn the_lent_queue_holds_only_sends_still_waiting() {
+    let mut p = pair();
+    // X is reordered behind Y: Y is acknowledged first, X right after.
+    p.a.submit_send(us(0), p.ab, 1, guarded(&[1u8; 1000]).0, Cookie(1))
+        .unwrap();
+    p.a.submit_send(us(0), p.ab, 1, guarded(&[2u8; 1000]).0, Cookie(2))
+        .unwrap();
+    let d = tx(&mut p.a, us(0), Channel::Data);
+    assert_eq!((d.len(), p.a.lent_waiting(p.ab)), (2, 2));
+    p.b.handle_datagram(us(10), Channel::Data, &d[1]);
+    ack_back(&mut p, 10);
+    p.b.handle_datagram(us(60), Channel::Data, &d[0]);
+    ack_back(&mut p, 60);
+    assert!(p.a.is_idle(p.ab));
+    assert_eq!(p.a.lent_waiting(p.ab), 0, "Y's entry outlived it");
+    // A stream the peer keeps acknowledging never piles entries up.
+    for i in 0..50u64 {
+        let t = 200 + i * 100;
+        p.a.submit_send(us(t), p.ab, 1, guarded(&[3u8; 1000]).0, Cookie(10 + i))
+            .unwrap();
+        for d in tx(&mut p.a, us(t), Channel::Data) {
+            p.b.handle_datagram(us(t + 5), Channel::Data, &d);
+        }
+        ack_back(&mut p, t + 5);
+    }
+    assert!(p.a.is_idle(p.ab));
+    assert_eq!(p.a.lent_waiting(p.ab), 0);
+    assert_eq!(p.a.stats().lent_released, 0);
+}
+
 #[test]
 fn without_a_hold_a_lent_send_waits_for_its_ack() {
     let ca = Config {

@@ -165,6 +165,12 @@ impl Engine {
         self.peer(peer).map_or(true, |p| !p.outstanding())
     }
 
+    /// Entries kept for lent sends to `peer` waiting out `Config::lent_hold` (each is a send
+    /// still unacknowledged, or one acknowledged out of order behind such a send).
+    pub fn lent_waiting(&self, peer: PeerId) -> usize {
+        self.peer(peer).map_or(0, |p| p.lent_q.len())
+    }
+
     /// The NIC finished sending one datagram on `channel`: returns one credit.
     pub fn handle_send_complete(&mut self, channel: Channel) {
         let max = match channel {
