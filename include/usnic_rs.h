@@ -51,6 +51,7 @@ typedef struct {
   bool ack_thread;
   int rto_min;
   int lent_hold;
+  int lent_copy_limit;
   char *rdma;
   /*
    Fault injector (hidden, level 9): seed, percentages 0..100, delay.

@@ -206,6 +206,7 @@ fn every_parameter_has_help() {
         ("ack_thread", "true"),
         ("rto_min", "0"),
         ("lent_hold", "1000"),
+        ("lent_copy_limit", "65536"),
         ("rdma", "none"),
         ("fault_seed", "0"),
         ("fault_send_drop", "0.000000"),
@@ -920,6 +921,59 @@ fn a_send_read_in_place_completes_while_its_receiver_computes() {
     // drops here: a lost barrier message would delay the sender's start by retransmit
     // timeouts, and the receiver's compute phase runs from its own start).
     let o = mpirun(2, &args("-1", "0"), &["lentsend"]);
+    let (out, err) = succeeded(&o);
+    assert!(out.contains("received: 0 bytes differ"), "{out}");
+    assert!(took(&out) >= 2500, "{out}");
+    assert_eq!(stat_sum(&err, "lent_released"), 0, "{err}");
+}
+
+#[test]
+fn a_short_send_read_in_place_completes_without_waiting_for_its_ack() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // 32 KiB is read in place (btl_usnic_pack_lazy_threshold 16 KiB) and shorter than
+    // btl_usnic_lent_copy_limit (64 KiB): it is copied right after it left. The hold is off,
+    // so nothing else could complete it before the receiver's ACK, 3 s later; 30 % of the
+    // datagrams are dropped, so retransmissions come from the copy.
+    let args = |limit: &'static str, drop: &'static str| {
+        [
+            "--mca",
+            "btl",
+            "usnic,self",
+            "--mca",
+            "btl_usnic_ack_thread",
+            "0",
+            "--mca",
+            "btl_usnic_lent_hold",
+            "-1",
+            "--mca",
+            "btl_usnic_lent_copy_limit",
+            limit,
+            "--mca",
+            "btl_usnic_stats",
+            "1000",
+            "--mca",
+            "btl_usnic_fault_seed",
+            "11",
+            "--mca",
+            "btl_usnic_fault_send_drop",
+            drop,
+        ]
+    };
+    let took = |out: &str| -> u64 {
+        out.lines()
+            .find_map(|l| l.strip_prefix("send returned after "))
+            .and_then(|v| v.strip_suffix(" ms"))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no send time in:\n{out}"))
+    };
+    let o = mpirun(2, &args("65536", "30"), &["lentsend", "32768"]);
+    let (out, err) = succeeded(&o);
+    assert!(out.contains("received: 0 bytes differ"), "{out}");
+    assert!(took(&out) < 1000, "the send waited for its ACK:\n{out}");
+    assert!(stat_sum(&err, "lent_released") >= 1, "{err}");
+    assert!(stat_sum(&err, "fault_send_dropped") > 0, "{err}");
+    // Control: with the limit at 0 the same send waits for the receiver's ACK.
+    let o = mpirun(2, &args("0", "0"), &["lentsend", "32768"]);
     let (out, err) = succeeded(&o);
     assert!(out.contains("received: 0 bytes differ"), "{out}");
     assert!(took(&out) >= 2500, "{out}");

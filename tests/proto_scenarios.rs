@@ -37,6 +37,16 @@ fn pair() -> Pair {
     pair_with(cfg(1, 100), cfg(2, 200))
 }
 
+/// A pair whose A copies no lent send right after it left (`Config::lent_copy_below` 0), so
+/// its lent sends wait for their ACK or `Config::lent_hold`.
+fn pair_holding() -> Pair {
+    let ca = Config {
+        lent_copy_below: 0,
+        ..cfg(1, 100)
+    };
+    pair_with(ca, cfg(2, 200))
+}
+
 /// Every datagram `e` has for `ch` at `t` (credits are returned at once).
 fn tx(e: &mut Engine, t: Instant, ch: Channel) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
@@ -739,6 +749,7 @@ fn guarded(bytes: &[u8]) -> (Payload, std::sync::Arc<std::sync::atomic::AtomicBo
 #[test]
 fn a_lent_send_unacknowledged_for_the_hold_completes_and_is_resent_from_a_copy() {
     let mut ca = cfg(1, 100);
+    ca.lent_copy_below = 0;
     ca.peer_timeout = Duration::from_millis(300);
     let mut p = pair_with(ca, cfg(2, 200));
     assert_eq!(p.a.config().lent_hold, Some(Duration::from_micros(1000)));
@@ -841,7 +852,7 @@ fn a_released_send_is_not_reported_again_when_its_peer_fails() {
 
 #[test]
 fn a_lent_send_acknowledged_within_the_hold_is_never_copied() {
-    let mut p = pair();
+    let mut p = pair_holding();
     let (data, released) = guarded(&[9u8; 1000]);
     p.a.submit_send(us(0), p.ab, 4, data, Cookie(7)).unwrap();
     let d = tx(&mut p.a, us(0), Channel::Data);
@@ -863,7 +874,7 @@ fn a_lent_send_acknowledged_within_the_hold_is_never_copied() {
 
 #[test]
 fn a_hold_left_by_an_op_acknowledged_out_of_order_does_not_release_its_slots_next_op() {
-    let mut p = pair();
+    let mut p = pair_holding();
     // X (3 segments) is lost, Y (1 segment) arrives: the ACK completes Y only.
     let (x, _) = guarded(&[1u8; 3000]);
     let (y, _) = guarded(&[2u8; 1000]);
@@ -905,7 +916,14 @@ fn ack_back(p: &mut Pair, t: u64) {
 
 #[test]
 fn the_lent_queue_holds_only_sends_still_waiting() {
-    let mut p = pair();
+    // Both queues: the hold's (pair_holding) and the one copied at once (pair, whose copies
+    // wait for a handle_timeout that this exchange never calls).
+    for mut p in [pair_holding(), pair()] {
+        lent_entries_leave_with_their_sends(&mut p);
+    }
+}
+
+fn lent_entries_leave_with_their_sends(p: &mut Pair) {
     // X is reordered behind Y: Y is acknowledged first, X right after.
     p.a.submit_send(us(0), p.ab, 1, guarded(&[1u8; 1000]).0, Cookie(1))
         .unwrap();
@@ -914,9 +932,9 @@ fn the_lent_queue_holds_only_sends_still_waiting() {
     let d = tx(&mut p.a, us(0), Channel::Data);
     assert_eq!((d.len(), p.a.lent_waiting(p.ab)), (2, 2));
     p.b.handle_datagram(us(10), Channel::Data, &d[1]);
-    ack_back(&mut p, 10);
+    ack_back(p, 10);
     p.b.handle_datagram(us(60), Channel::Data, &d[0]);
-    ack_back(&mut p, 60);
+    ack_back(p, 60);
     assert!(p.a.is_idle(p.ab));
     assert_eq!(p.a.lent_waiting(p.ab), 0, "Y's entry outlived it");
     // A stream the peer keeps acknowledging never piles entries up.
@@ -927,7 +945,7 @@ fn the_lent_queue_holds_only_sends_still_waiting() {
         for d in tx(&mut p.a, us(t), Channel::Data) {
             p.b.handle_datagram(us(t + 5), Channel::Data, &d);
         }
-        ack_back(&mut p, t + 5);
+        ack_back(p, t + 5);
     }
     assert!(p.a.is_idle(p.ab));
     assert_eq!(p.a.lent_waiting(p.ab), 0);
@@ -938,6 +956,7 @@ fn the_lent_queue_holds_only_sends_still_waiting() {
 fn without_a_hold_a_lent_send_waits_for_its_ack() {
     let ca = Config {
         lent_hold: None,
+        lent_copy_below: 0,
         ..cfg(1, 100)
     };
     let mut p = pair_with(ca, cfg(2, 200));
@@ -952,6 +971,101 @@ fn without_a_hold_a_lent_send_waits_for_its_ack() {
     p.a.handle_timeout(us(5000));
     assert!(events(&mut p.a).is_empty());
     assert_eq!(p.a.stats().lent_released, 0);
+}
+
+#[test]
+fn a_short_lent_send_completes_on_the_pass_after_it_left_and_is_resent_from_the_copy() {
+    let mut p = pair();
+    assert_eq!(p.a.config().lent_copy_below, 65536);
+    let mem: Vec<u8> = (0..3000u32).map(|i| (i * 13) as u8).collect();
+    let (data, released) = guarded(&mem);
+    p.a.submit_send(us(0), p.ab, 4, data, Cookie(7)).unwrap();
+    assert!(events(&mut p.a).is_empty(), "not before it left");
+    let first = tx(&mut p.a, us(0), Channel::Data);
+    assert_eq!(first.len(), 3);
+    assert_eq!(p.a.poll_timeout(), Some(us(0)), "due on the next pass");
+    p.a.handle_timeout(us(1));
+    assert_eq!(events(&mut p.a), sent_ok(p.ab, 7));
+    assert_eq!(p.a.stats().lent_released, 1);
+    // The lender reuses its memory at once. The middle datagram was lost: it is resent from
+    // the copy, and the peer gets the bytes as they were lent.
+    released.store(true, std::sync::atomic::Ordering::SeqCst);
+    p.b.handle_datagram(us(10), Channel::Data, &first[0]);
+    p.b.handle_datagram(us(11), Channel::Data, &first[2]);
+    let mut now = us(11);
+    let mut got = Vec::new();
+    while got.is_empty() && now < us(100_000) {
+        now =
+            p.a.poll_timeout()
+                .expect("the copy is still unacknowledged")
+                .max(now);
+        p.a.handle_timeout(now);
+        for d in tx(&mut p.a, now, Channel::Data) {
+            p.b.handle_datagram(now, Channel::Data, &d);
+        }
+        for e in events(&mut p.b) {
+            if let Event::Deliver { data, tag: 4, .. } = e {
+                got = data;
+            }
+        }
+    }
+    assert_eq!(got, mem);
+    ack_back(&mut p, now.0 / 1000 + 1);
+    assert!(p.a.is_idle(p.ab));
+    assert!(events(&mut p.a).is_empty(), "reported once");
+    assert_eq!(p.a.lent_waiting(p.ab), 0);
+}
+
+#[test]
+fn a_short_lent_send_is_not_copied_while_the_provider_still_reads_it() {
+    let mut p = pair();
+    let (data, _) = guarded(&[4u8; 3000]);
+    p.a.submit_send(us(0), p.ab, 4, data, Cookie(7)).unwrap();
+    // Posted from where the bytes lie, and not completed yet (an asynchronous NIC may still
+    // be reading them).
+    let mut buf = vec![0u8; 2048];
+    let mut posted = 0;
+    while let Some(t) =
+        p.a.poll_transmit_gather(us(0), Channel::Data, &mut buf, 100)
+    {
+        assert!(t.body.is_some());
+        posted += 1;
+    }
+    assert_eq!(posted, 3);
+    for done in 0..posted {
+        p.a.handle_timeout(us(1 + done));
+        assert!(
+            events(&mut p.a).is_empty(),
+            "released with {done} of 3 completed"
+        );
+        p.a.handle_send_complete(Channel::Data);
+    }
+    p.a.handle_timeout(us(10));
+    assert_eq!(events(&mut p.a), sent_ok(p.ab, 7));
+    assert_eq!(p.a.stats().lent_released, 1);
+}
+
+#[test]
+fn only_lent_sends_shorter_than_the_limit_are_copied_at_once() {
+    let ca = Config {
+        lent_copy_below: 2000,
+        ..cfg(1, 100)
+    };
+    let mut p = pair_with(ca, cfg(2, 200));
+    p.a.submit_send(us(0), p.ab, 1, guarded(&[1u8; 2000]).0, Cookie(1))
+        .unwrap();
+    p.a.submit_send(us(0), p.ab, 2, guarded(&[2u8; 1999]).0, Cookie(2))
+        .unwrap();
+    tx(&mut p.a, us(0), Channel::Data);
+    assert!(events(&mut p.a).is_empty());
+    p.a.handle_timeout(us(1));
+    assert_eq!(events(&mut p.a), sent_ok(p.ab, 2));
+    // 2000 bytes wait out the hold (the peer acknowledges nothing).
+    p.a.handle_timeout(us(999));
+    assert!(events(&mut p.a).is_empty());
+    p.a.handle_timeout(us(1000));
+    assert_eq!(events(&mut p.a), sent_ok(p.ab, 1));
+    assert_eq!(p.a.stats().lent_released, 2);
 }
 
 #[test]
@@ -1449,6 +1563,7 @@ fn gathered_transmits_are_the_copied_ones() {
     // and lent (two pieces, split inside a segment) payloads alike (lent until acknowledged).
     let keep_lent = |id, isn| Config {
         lent_hold: None,
+        lent_copy_below: 0,
         ..cfg(id, isn)
     };
     let (mut copied, mut gathered) = (

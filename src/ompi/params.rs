@@ -49,6 +49,7 @@ pub struct usnic_rs_params_t {
     pub ack_thread: bool,
     pub rto_min: c_int,
     pub lent_hold: c_int,
+    pub lent_copy_limit: c_int,
     pub rdma: *mut c_char,
     /// Fault injector (hidden, level 9): seed, percentages 0..100, delay.
     pub fault_seed: c_int,
@@ -101,6 +102,9 @@ pub struct Settings {
     /// How long a send read in place waits for its ACK before it is copied and reported
     /// complete; `None`: until acknowledged.
     pub lent_hold_us: Option<u64>,
+    /// Sends read in place shorter than this are copied and completed right after they
+    /// left; 0 = never.
+    pub lent_copy_limit: usize,
     /// Emulated RDMA offered to the PML: (PUT, GET).
     pub rdma: (bool, bool),
     /// Fault injection for every module (`seed` not yet mixed with rank and module index);
@@ -366,6 +370,7 @@ impl Settings {
                     ))
                 }
             },
+            lent_copy_limit: at_least("lent_copy_limit", p.lent_copy_limit, 0)? as usize,
             rdma: parse_rdma(opt_string("rdma", p.rdma)?.as_deref())?,
             faults: fault_config(p)?,
         })
@@ -406,6 +411,7 @@ impl Settings {
             max_held: 0,
             prompt_ack_from: self.copy_below(),
             lent_hold: self.lent_hold_us.map(Duration::from_micros),
+            lent_copy_below: self.lent_copy_limit,
         }
     }
 }
@@ -449,6 +455,7 @@ pub fn param_defaults() -> usnic_rs_params_t {
         ack_thread: true,
         rto_min: 0,
         lent_hold: (crate::proto::DEFAULT_LENT_HOLD.0 / 1_000) as c_int,
+        lent_copy_limit: crate::proto::DEFAULT_LENT_COPY_BELOW as c_int,
         rdma: c"none".as_ptr() as *mut c_char,
         fault_seed: 0,
         fault_send_drop: 0.0,
@@ -479,6 +486,19 @@ pub(crate) mod tests {
         assert_eq!(c.ack_delay, Duration::from_micros(30));
         assert_eq!(c.lent_hold, Some(Duration::from_micros(1000)));
         assert_eq!(c.lent_hold, Config::default().lent_hold);
+        assert_eq!(c.lent_copy_below, 65536);
+        assert_eq!(c.lent_copy_below, Config::default().lent_copy_below);
+    }
+
+    #[test]
+    fn lent_copy_limit_zero_never_copies_early() {
+        let mut p = param_defaults();
+        p.lent_copy_limit = 0;
+        let s = Settings::from_params(&p).unwrap();
+        assert_eq!(s.engine_config(1472, 768).lent_copy_below, 0);
+        p.lent_copy_limit = 131072;
+        let s = Settings::from_params(&p).unwrap();
+        assert_eq!(s.engine_config(1472, 768).lent_copy_below, 131072);
     }
 
     #[test]
@@ -512,9 +532,10 @@ pub(crate) mod tests {
     #[test]
     fn bad_values_name_the_parameter() {
         type Case = (&'static str, fn(&mut usnic_rs_params_t));
-        let cases: [Case; 9] = [
+        let cases: [Case; 10] = [
             ("btl_usnic_sd_num", |p| p.sd_num = -5),
             ("btl_usnic_lent_hold", |p| p.lent_hold = -2),
+            ("btl_usnic_lent_copy_limit", |p| p.lent_copy_limit = -1),
             ("btl_usnic_window", |p| p.window = 5000),
             ("btl_usnic_retrans_timeout", |p| p.retrans_timeout = 0),
             ("btl_usnic_mtu", |p| p.mtu = 100),

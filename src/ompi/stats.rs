@@ -91,7 +91,7 @@ pub const COUNTERS: &[Counter] = &[
     ),
     (
         "num_lent_released\0",
-        "Sends read in place copied and completed before their ACK (btl_usnic_lent_hold)\0",
+        "Sends read in place copied and completed before their ACK (btl_usnic_lent_copy_limit, btl_usnic_lent_hold)\0",
         |s| s.lent_released,
     ),
 ];

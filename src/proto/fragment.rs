@@ -49,6 +49,10 @@ pub struct Op {
     /// (`Config::lent_hold`); also tells this op's entry in `Peer::lent_q` from a later op's
     /// in the same slot.
     pub release_at: Option<crate::proto::api::Instant>,
+    /// Per channel, the datagram count (`Engine::posted`) that includes the last datagram
+    /// posted with a body read from this op's bytes in place: they may be released once the
+    /// edge has completed as many.
+    pub tx_mark: [u64; 2],
 }
 
 impl Op {

@@ -65,8 +65,10 @@ pub struct Peer {
     pub gets: HashMap<u32, PendingGet>,
     pub held_puts: Vec<HeldPut>,
     /// Lent sends sent whole, in the order their `Op::release_at` falls due: (slab index,
-    /// release_at).
+    /// release_at). Those shorter than `Config::lent_copy_below` are in `copy_q`, due at once;
+    /// the others here, due after `Config::lent_hold`.
     pub lent_q: VecDeque<(u32, Instant)>,
+    pub copy_q: VecDeque<(u32, Instant)>,
 
     // --- receive direction
     pub rw: RecvWindow,
@@ -88,6 +90,19 @@ pub struct Peer {
     pub in_data_ready: bool,
     pub in_resend_list: bool,
     pub in_ack_list: bool,
+}
+
+/// Drops the entries at the front of `q` whose send was acknowledged or released since.
+pub(crate) fn prune(q: &mut VecDeque<(u32, Instant)>, ops: &OpSlab) {
+    while let Some(&(idx, at)) = q.front() {
+        let waiting = ops
+            .get(idx)
+            .is_some_and(|op| op.release_at == Some(at) && !op.reported);
+        if waiting {
+            break;
+        }
+        q.pop_front();
+    }
 }
 
 /// Fewest segments a peer's receive capacity may shrink the send window to (below this,
@@ -132,6 +147,7 @@ impl Peer {
             gets: HashMap::new(),
             held_puts: Vec::new(),
             lent_q: VecDeque::new(),
+            copy_q: VecDeque::new(),
             ack_owed: false,
             ack_deadline: Instant(0),
             ack_due: false,
@@ -146,21 +162,13 @@ impl Peer {
         }
     }
 
-    /// Drops the entries at the front of `lent_q` whose send was acknowledged or released
-    /// since, so the front is a send still waiting. Called when a lent send finishes: one
-    /// acknowledged out of order behind a waiting one leaves when that one does, and a stream
-    /// the peer keeps acknowledging never piles entries up.
+    /// Drops the entries at the front of `lent_q` and `copy_q` whose send was acknowledged
+    /// or released since, so each front is a send still waiting. Called when a lent send
+    /// finishes: one acknowledged out of order behind a waiting one leaves when that one
+    /// does, and a stream the peer keeps acknowledging never piles entries up.
     pub fn prune_lent(&mut self) {
-        while let Some(&(idx, at)) = self.lent_q.front() {
-            let waiting = self
-                .ops
-                .get(idx)
-                .is_some_and(|op| op.release_at == Some(at) && !op.reported);
-            if waiting {
-                break;
-            }
-            self.lent_q.pop_front();
-        }
+        prune(&mut self.lent_q, &self.ops);
+        prune(&mut self.copy_q, &self.ops);
     }
 
     pub fn alloc_msg_id(&mut self) -> u32 {

@@ -42,6 +42,11 @@ pub struct Engine {
     stats: Stats,
     /// Credits left, indexed by `Channel as usize`.
     credits: [u32; 2],
+    /// Datagrams handed to the edge, and reported complete by it, per channel: a send read
+    /// in place is released only when every datagram posted up to its last one has completed
+    /// (`Op::tx_mark`), so no provider still reads the lender's memory.
+    posted: [u64; 2],
+    completed: [u64; 2],
     /// Peers whose standalone ACK is due.
     ack_list: VecDeque<u32>,
     /// Peers with segments to cut, per channel (round robin, one segment per turn).
@@ -66,6 +71,8 @@ impl Engine {
         super::config::validate(&cfg)?;
         Ok(Engine {
             credits: [cfg.priority_credits, cfg.data_credits],
+            posted: [0; 2],
+            completed: [0; 2],
             resend_budget: cfg.max_resends_per_pass,
             cfg,
             peers: Vec::new(),
@@ -165,10 +172,12 @@ impl Engine {
         self.peer(peer).map_or(true, |p| !p.outstanding())
     }
 
-    /// Entries kept for lent sends to `peer` waiting out `Config::lent_hold` (each is a send
-    /// still unacknowledged, or one acknowledged out of order behind such a send).
+    /// Entries kept for lent sends to `peer` waiting to be released (`Config::lent_hold`,
+    /// `Config::lent_copy_below`); each is a send still unacknowledged, or one acknowledged
+    /// out of order behind such a send.
     pub fn lent_waiting(&self, peer: PeerId) -> usize {
-        self.peer(peer).map_or(0, |p| p.lent_q.len())
+        self.peer(peer)
+            .map_or(0, |p| p.lent_q.len() + p.copy_q.len())
     }
 
     /// The NIC finished sending one datagram on `channel`: returns one credit.
@@ -179,6 +188,8 @@ impl Engine {
         };
         let c = &mut self.credits[channel as usize];
         *c = (*c + 1).min(max);
+        let ch = channel as usize;
+        self.completed[ch] = (self.completed[ch] + 1).min(self.posted[ch]);
     }
 
     #[inline]

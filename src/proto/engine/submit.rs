@@ -28,6 +28,7 @@ impl Engine {
             all_sent: false,
             reported: false,
             release_at: None,
+            tx_mark: [0; 2],
         }
     }
 

@@ -5,7 +5,8 @@ use std::collections::VecDeque;
 use super::ack::detect_losses;
 use super::Engine;
 use crate::proto::api::*;
-use crate::proto::peer::Peer;
+use crate::proto::fragment::OpSlab;
+use crate::proto::peer::{prune, Peer};
 use crate::proto::spare::Spares;
 use crate::proto::window::SegState;
 
@@ -71,6 +72,7 @@ impl Engine {
                 PeerId(pid),
                 now,
                 self.cfg.lent_hold,
+                self.completed,
                 &mut self.events,
                 &mut self.spares,
                 &mut self.stats,
@@ -112,6 +114,9 @@ impl Engine {
             if let Some(d) = p.rack_deadline {
                 at(d);
             }
+            if let Some(&(_, d)) = p.copy_q.front() {
+                at(d);
+            }
             if let (Some(hold), Some(&(_, d))) = (hold, p.lent_q.front()) {
                 at(d.max(p.last_progress + hold));
             }
@@ -126,19 +131,51 @@ impl Engine {
     }
 }
 
-/// Lent sends still unacknowledged `Config::lent_hold` after they went out whole, from a peer
-/// that acknowledged nothing for as long: copied (retransmissions read the copy) and reported
-/// complete, so the lender may reuse its memory while the peer is away from its progress
-/// loop. The op stays until it is acknowledged.
+/// Lent sends copied (retransmissions read the copy) and reported complete before their ACK,
+/// so the lender may reuse its memory: at once those in `copy_q`, and those in `lent_q` when
+/// still unacknowledged `Config::lent_hold` after they went out whole, from a peer that
+/// acknowledged nothing for as long (it is away from its progress loop). Either waits until
+/// the edge has completed every datagram that read the send's bytes in place. The op stays
+/// until it is acknowledged.
+#[allow(clippy::too_many_arguments)]
 fn release_lent(
     p: &mut Peer,
     peer: PeerId,
     now: Instant,
     hold: Option<Duration>,
+    completed: [u64; 2],
     events: &mut VecDeque<Event>,
     spares: &mut Spares,
     stats: &mut Stats,
 ) {
+    let mut release = |q: &mut VecDeque<(u32, Instant)>, ops: &mut OpSlab| {
+        while let Some(&(idx, at)) = q.front() {
+            if at > now {
+                break;
+            }
+            let op = ops
+                .get_mut(idx)
+                .expect("prune_lent left a waiting send in front");
+            if op.tx_mark[0] > completed[0] || op.tx_mark[1] > completed[1] {
+                // A provider may still be reading the lent bytes (completions come in order:
+                // nothing behind this one has completed either).
+                break;
+            }
+            q.pop_front();
+            if op.data.copy_lent_into(spares.with_capacity(op.data.len())) {
+                op.reported = true;
+                stats.lent_released += 1;
+                events.push_back(Event::SendComplete {
+                    peer,
+                    cookie: op.cookie,
+                    result: Ok(()),
+                });
+            }
+            prune(q, ops);
+        }
+    };
+    p.prune_lent();
+    release(&mut p.copy_q, &mut p.ops);
     let Some(hold) = hold else {
         return;
     };
@@ -147,27 +184,5 @@ fn release_lent(
         // transmit pass): copying would only cost.
         return;
     }
-    loop {
-        p.prune_lent();
-        let Some(&(idx, at)) = p.lent_q.front() else {
-            break;
-        };
-        if at > now {
-            break;
-        }
-        p.lent_q.pop_front();
-        let op = p
-            .ops
-            .get_mut(idx)
-            .expect("prune_lent left a waiting send in front");
-        if op.data.copy_lent_into(spares.with_capacity(op.data.len())) {
-            op.reported = true;
-            stats.lent_released += 1;
-            events.push_back(Event::SendComplete {
-                peer,
-                cookie: op.cookie,
-                result: Ok(()),
-            });
-        }
-    }
+    release(&mut p.lent_q, &mut p.ops);
 }

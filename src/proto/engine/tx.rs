@@ -61,6 +61,7 @@ impl Engine {
             },
         }?;
         self.credits[channel as usize] -= 1;
+        self.posted[channel as usize] += 1;
         self.stats.sends += 1;
         self.stats.bytes_sent += t.datagram_len() as u64;
         Some(t)
@@ -177,11 +178,14 @@ impl Engine {
             let kind = op.wire_kind();
             if op.advance(len) {
                 q.pop_front();
-                if let (Some(hold), OpKind::Send { .. }, Payload::Lent(_)) =
-                    (self.cfg.lent_hold, &op.kind, &op.data)
-                {
-                    op.release_at = Some(now + hold);
-                    p.lent_q.push_back((idx, now + hold));
+                if let (OpKind::Send { .. }, Payload::Lent(_)) = (&op.kind, &op.data) {
+                    if op.data.len() < self.cfg.lent_copy_below {
+                        op.release_at = Some(now);
+                        p.copy_q.push_back((idx, now));
+                    } else if let Some(hold) = self.cfg.lent_hold {
+                        op.release_at = Some(now + hold);
+                        p.lent_q.push_back((idx, now + hold));
+                    }
                 }
             }
             let rto = p.rtt.rto();
@@ -219,6 +223,9 @@ impl Engine {
                 gather_min,
                 &mut self.stats,
             );
+            if body.is_some() {
+                mark_read_in_place(p, idx, channel, self.posted);
+            }
             if kind == Kind::Frag {
                 self.stats.frag_sends += 1;
             } else {
@@ -277,6 +284,9 @@ impl Engine {
                     gather_min,
                     &mut self.stats,
                 );
+                if body.is_some() {
+                    mark_read_in_place(p, rec.op, Channel::Data, self.posted);
+                }
                 if rec.fast {
                     self.stats.resends_fast += 1;
                 } else {
@@ -292,6 +302,14 @@ impl Engine {
             }
         }
         None
+    }
+}
+
+/// The datagram about to be posted on `channel` reads op `idx`'s bytes where they lie: the op
+/// may not be released before the edge has completed it.
+fn mark_read_in_place(p: &mut Peer, idx: u32, channel: Channel, posted: [u64; 2]) {
+    if let Some(op) = p.ops.get_mut(idx) {
+        op.tx_mark[channel as usize] = posted[channel as usize] + 1;
     }
 }
 
