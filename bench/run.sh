@@ -316,23 +316,66 @@ sed 's/^/   /' "$RAW/meta.txt"
 # ---- job runner: raw file with the command, exit code, wall time and the CPU other processes used ----
 cpu_busy() { awk '/^cpu / {print $2+$3+$4+$7+$8+$9; exit}' /proc/stat; }
 HZ=$(getconf CLK_TCK)
+# A job's own CPU time comes from a cgroup made for it when we may make one: `time` counts only
+# the children it reaps, and a rank that orted starts on the second netns host never reaches it
+# (that rank read as about one core of "other" load in every --netns run). Without a cgroup,
+# `time`'s user + sys are used and the raw file says so.
+CG_ROOT="" CG_PROCS="" CG_USAGE=""
+if [ "$(id -u)" -eq 0 ]; then
+    if [ -w /sys/fs/cgroup/cpuacct/tasks ]; then
+        CG_ROOT=/sys/fs/cgroup/cpuacct CG_PROCS=tasks CG_USAGE=cpuacct.usage
+    else
+        for d in /sys/fs/cgroup /sys/fs/cgroup/unified; do
+            if [ -f "$d/cgroup.procs" ] && [ -f "$d/cgroup.controllers" ]; then
+                CG_ROOT=$d CG_PROCS=cgroup.procs CG_USAGE=cpu.stat
+                break
+            fi
+        done
+    fi
+fi
+cg_make() {  # prints the path of a fresh cgroup, or nothing
+    [ -n "$CG_ROOT" ] || return 0
+    local cg="$CG_ROOT/usnic-bench.$$.$1"
+    mkdir "$cg" 2>/dev/null && [ -f "$cg/$CG_USAGE" ] && echo "$cg"
+    return 0
+}
+cg_cpu_s() {  # CPU seconds used in cgroup $1 (cpuacct.usage: ns; cpu.stat: usage_usec)
+    if [ "$CG_USAGE" = cpuacct.usage ]; then
+        awk '{printf "%.3f", $1 / 1e9}' "$1/$CG_USAGE"
+    else
+        awk '$1 == "usage_usec" {printf "%.3f", $2 / 1e6}' "$1/$CG_USAGE"
+    fi
+}
+in_cgroup() {  # in_cgroup CG command...: runs the command inside cgroup CG ("" = as it is)
+    local cg=$1; shift
+    if [ -z "$cg" ]; then "$@"; return; fi
+    ( echo "$BASHPID" > "$cg/$CG_PROCS" && exec "$@" )
+}
+JOB_SEQ=0
 run_job() {  # scenario config bench rep timeout -- command...
     local scen=$1 cfg=$2 bench=$3 rep=$4 tmo=$5; shift 5
     local f="$RAW/$scen/$cfg/$bench.$rep.txt"
     mkdir -p "${f%/*}"
     { echo "## command: $*"; echo "## start_utc: $(date -u '+%F %T')"; echo "## loadavg: $(cut -d' ' -f1-3 /proc/loadavg)"; } > "$f"
-    local b0 t rc=0 b1 wall user sys others
+    local b0 t rc=0 b1 wall user sys others cg own own_from
+    JOB_SEQ=$((JOB_SEQ + 1))
+    cg=$(cg_make "$JOB_SEQ")
     b0=$(cpu_busy)
     local TIMEFORMAT='%3R %3U %3S'
-    t=$( { time timeout -k 10 "$tmo" "${NICE[@]}" "$@" >>"$f" 2>"$f.err"; } 2>&1 ) || rc=$?
+    t=$( { time in_cgroup "$cg" timeout -k 10 "$tmo" "${NICE[@]}" "$@" >>"$f" 2>"$f.err"; } 2>&1 ) || rc=$?
     t=${t##*$'\n'}
     [ -z "$t" ] && t="0 0 0"
     b1=$(cpu_busy)
     read -r wall user sys <<<"$t"
-    others=$(awk -v b="$((b1 - b0))" -v hz="$HZ" -v u="$user" -v s="$sys" -v w="$wall" \
-        'BEGIN { o = (w > 0) ? (b / hz - u - s) / w : 0; if (o < 0) o = 0; printf "%.2f", o }')
+    own=$(awk -v u="$user" -v s="$sys" 'BEGIN { printf "%.3f", u + s }') own_from=time
+    if [ -n "$cg" ]; then
+        own=$(cg_cpu_s "$cg") own_from=cgroup
+        rmdir "$cg" 2>/dev/null || true
+    fi
+    others=$(awk -v b="$((b1 - b0))" -v hz="$HZ" -v c="$own" -v w="$wall" \
+        'BEGIN { o = (w > 0) ? (b / hz - c) / w : 0; if (o < 0) o = 0; printf "%.2f", o }')
     # rc comes from the group above when time fails; recover it from the command's own exit
-    { echo "## rc: $rc"; echo "## wall_s: $wall user_s: $user sys_s: $sys others_cores: $others"; } >> "$f"
+    { echo "## rc: $rc"; echo "## wall_s: $wall user_s: $user sys_s: $sys job_cpu_s: $own ($own_from) others_cores: $others"; } >> "$f"
     local status=ok note=""
     if ((rc != 0)); then
         status=failed
