@@ -873,57 +873,59 @@ fn computing_peer_is_not_declared_failed() {
     assert!(err.contains("peer rank 1 on host"), "{err}");
 }
 
+/// `lentsend` with `size` bytes (rank 0 sends them to rank 1, which computes 3 s outside MPI
+/// first) and no ACK helper, so the receiver acknowledges nothing for 3 s; the fault injector
+/// drops `drop` % of the sent datagrams, and `extra` sets the parameters under test. Checks
+/// that the job succeeded and the bytes arrived as they were before rank 0 overwrote them;
+/// returns how long rank 0's `MPI_Send` took (ms) and stderr (with the statistics lines).
+fn lentsend(size: &str, drop: &str, extra: &[&str]) -> (u64, String) {
+    let mut args = vec![
+        "--mca",
+        "btl",
+        "usnic,self",
+        "--mca",
+        "btl_usnic_ack_thread",
+        "0",
+        "--mca",
+        "btl_usnic_stats",
+        "1000",
+        "--mca",
+        "btl_usnic_fault_seed",
+        "7",
+        "--mca",
+        "btl_usnic_fault_send_drop",
+        drop,
+    ];
+    args.extend_from_slice(extra);
+    let o = mpirun(2, &args, &["lentsend", size]);
+    let (out, err) = succeeded(&o);
+    assert!(out.contains("received: 0 bytes differ"), "{out}");
+    let took = out
+        .lines()
+        .find_map(|l| l.strip_prefix("send returned after "))
+        .and_then(|v| v.strip_suffix(" ms"))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no send time in:\n{out}"));
+    (took, err)
+}
+
 #[test]
 fn a_send_read_in_place_completes_while_its_receiver_computes() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    // No ACK helper: the receiver acknowledges nothing for 3 s. A third of the datagrams are
-    // dropped, so the data reaches it partly by retransmissions made after the sender reused
-    // its buffer.
-    let args = |hold: &'static str, drop: &'static str| {
-        [
-            "--mca",
-            "btl",
-            "usnic,self",
-            "--mca",
-            "btl_usnic_ack_thread",
-            "0",
-            "--mca",
-            "btl_usnic_lent_hold",
-            hold,
-            "--mca",
-            "btl_usnic_stats",
-            "1000",
-            "--mca",
-            "btl_usnic_fault_seed",
-            "7",
-            "--mca",
-            "btl_usnic_fault_send_drop",
-            drop,
-        ]
-    };
-    let took = |out: &str| -> u64 {
-        out.lines()
-            .find_map(|l| l.strip_prefix("send returned after "))
-            .and_then(|v| v.strip_suffix(" ms"))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no send time in:\n{out}"))
-    };
-    let o = mpirun(2, &args("1000", "30"), &["lentsend"]);
-    let (out, err) = succeeded(&o);
-    assert!(out.contains("received: 0 bytes differ"), "{out}");
+    // 64 KiB waits for its ACK or the hold. A third of the datagrams are dropped, so the data
+    // reaches the receiver partly by retransmissions made after the sender reused its buffer.
+    let (took, err) = lentsend("65536", "30", &["--mca", "btl_usnic_lent_hold", "1000"]);
     assert!(
-        took(&out) < 1500,
-        "the send waited for the computing receiver:\n{out}"
+        took < 1500,
+        "the send waited for the computing receiver: {took} ms"
     );
     assert!(stat_sum(&err, "lent_released") >= 1, "{err}");
     assert!(stat_sum(&err, "fault_send_dropped") > 0, "{err}");
     // Control: held until acknowledged, the send returns only when the receiver computed (no
     // drops here: a lost barrier message would delay the sender's start by retransmit
     // timeouts, and the receiver's compute phase runs from its own start).
-    let o = mpirun(2, &args("-1", "0"), &["lentsend"]);
-    let (out, err) = succeeded(&o);
-    assert!(out.contains("received: 0 bytes differ"), "{out}");
-    assert!(took(&out) >= 2500, "{out}");
+    let (took, err) = lentsend("65536", "0", &["--mca", "btl_usnic_lent_hold", "-1"]);
+    assert!(took >= 2500, "{took} ms");
     assert_eq!(stat_sum(&err, "lent_released"), 0, "{err}");
 }
 
@@ -932,51 +934,25 @@ fn a_short_send_read_in_place_completes_without_waiting_for_its_ack() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // 32 KiB is read in place (btl_usnic_pack_lazy_threshold 16 KiB) and shorter than
     // btl_usnic_lent_copy_limit (64 KiB): it is copied right after it left. The hold is off,
-    // so nothing else could complete it before the receiver's ACK, 3 s later; 30 % of the
-    // datagrams are dropped, so retransmissions come from the copy.
-    let args = |limit: &'static str, drop: &'static str| {
+    // so nothing else could complete it before the receiver's ACK, 3 s later; retransmissions
+    // of the dropped datagrams come from the copy.
+    let limit = |l| {
         [
-            "--mca",
-            "btl",
-            "usnic,self",
-            "--mca",
-            "btl_usnic_ack_thread",
-            "0",
             "--mca",
             "btl_usnic_lent_hold",
             "-1",
             "--mca",
             "btl_usnic_lent_copy_limit",
-            limit,
-            "--mca",
-            "btl_usnic_stats",
-            "1000",
-            "--mca",
-            "btl_usnic_fault_seed",
-            "11",
-            "--mca",
-            "btl_usnic_fault_send_drop",
-            drop,
+            l,
         ]
     };
-    let took = |out: &str| -> u64 {
-        out.lines()
-            .find_map(|l| l.strip_prefix("send returned after "))
-            .and_then(|v| v.strip_suffix(" ms"))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no send time in:\n{out}"))
-    };
-    let o = mpirun(2, &args("65536", "30"), &["lentsend", "32768"]);
-    let (out, err) = succeeded(&o);
-    assert!(out.contains("received: 0 bytes differ"), "{out}");
-    assert!(took(&out) < 1000, "the send waited for its ACK:\n{out}");
+    let (took, err) = lentsend("32768", "30", &limit("65536"));
+    assert!(took < 1000, "the send waited for its ACK: {took} ms");
     assert!(stat_sum(&err, "lent_released") >= 1, "{err}");
     assert!(stat_sum(&err, "fault_send_dropped") > 0, "{err}");
     // Control: with the limit at 0 the same send waits for the receiver's ACK.
-    let o = mpirun(2, &args("0", "0"), &["lentsend", "32768"]);
-    let (out, err) = succeeded(&o);
-    assert!(out.contains("received: 0 bytes differ"), "{out}");
-    assert!(took(&out) >= 2500, "{out}");
+    let (took, err) = lentsend("32768", "0", &limit("0"));
+    assert!(took >= 2500, "{took} ms");
     assert_eq!(stat_sum(&err, "lent_released"), 0, "{err}");
 }
 
