@@ -860,10 +860,7 @@ fn a_lent_send_acknowledged_within_the_hold_is_never_copied() {
         p.b.handle_datagram(us(10), Channel::Data, &d[0]),
         RxOutcome::Deliver { .. }
     ));
-    p.b.handle_timeout(us(40));
-    for ack in tx(&mut p.b, us(40), Channel::Priority) {
-        p.a.handle_datagram(us(50), Channel::Priority, &ack);
-    }
+    ack_back(&mut p, 10);
     assert_eq!(events(&mut p.a), sent_ok(p.ab, 7));
     released.store(true, std::sync::atomic::Ordering::SeqCst);
     assert_eq!(p.a.poll_timeout(), None, "the hold left with the op");
@@ -883,10 +880,7 @@ fn a_hold_left_by_an_op_acknowledged_out_of_order_does_not_release_its_slots_nex
     let d = tx(&mut p.a, us(0), Channel::Data);
     assert_eq!(d.len(), 4);
     p.b.handle_datagram(us(10), Channel::Data, &d[3]);
-    p.b.handle_timeout(us(40));
-    for ack in tx(&mut p.b, us(40), Channel::Priority) {
-        p.a.handle_datagram(us(50), Channel::Priority, &ack);
-    }
+    ack_back(&mut p, 10);
     assert_eq!(events(&mut p.a), sent_ok(p.ab, 2));
     // Z takes Y's slot (same cookie, as a reused descriptor would have) and goes out at t=60.
     let (z, _) = guarded(&[3u8; 1000]);
