@@ -148,33 +148,33 @@ fn release_lent(
     spares: &mut Spares,
     stats: &mut Stats,
 ) {
-    let mut release = |q: &mut VecDeque<(u32, Instant)>, ops: &mut OpSlab| {
-        while let Some(&(idx, at)) = q.front() {
-            if at > now {
-                break;
-            }
-            let op = ops
-                .get_mut(idx)
-                .expect("prune_lent left a waiting send in front");
-            if op.tx_mark[0] > completed[0] || op.tx_mark[1] > completed[1] {
-                // A provider may still be reading the lent bytes (completions come in order:
-                // nothing behind this one has completed either).
-                break;
-            }
-            q.pop_front();
-            if op.data.copy_lent_into(spares.with_capacity(op.data.len())) {
-                op.reported = true;
-                stats.lent_released += 1;
-                events.push_back(Event::SendComplete {
-                    peer,
-                    cookie: op.cookie,
-                    result: Ok(()),
-                });
-            }
-            prune(q, ops);
+    let mut release = |q: &mut VecDeque<(u32, Instant)>, ops: &mut OpSlab| loop {
+        prune(q, ops);
+        let Some(&(idx, at)) = q.front() else {
+            break;
+        };
+        if at > now {
+            break;
+        }
+        let op = ops
+            .get_mut(idx)
+            .expect("prune left a waiting send in front");
+        if op.tx_mark[0] > completed[0] || op.tx_mark[1] > completed[1] {
+            // A provider may still be reading the lent bytes (completions come in order:
+            // nothing behind this one has completed either).
+            break;
+        }
+        q.pop_front();
+        if op.data.copy_lent_into(spares.with_capacity(op.data.len())) {
+            op.reported = true;
+            stats.lent_released += 1;
+            events.push_back(Event::SendComplete {
+                peer,
+                cookie: op.cookie,
+                result: Ok(()),
+            });
         }
     };
-    p.prune_lent();
     release(&mut p.copy_q, &mut p.ops);
     let Some(hold) = hold else {
         return;
