@@ -2,18 +2,13 @@
  * thread the sender must not declare rank 1 failed (run with a 2 s btl_usnic_peer_timeout). */
 #include <mpi.h>
 #include <stdio.h>
-#include <time.h>
+#include "compute.h"
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int r; MPI_Comm_rank(MPI_COMM_WORLD, &r);
     static char buf[1024];
     MPI_Barrier(MPI_COMM_WORLD);
-    if (r == 1) {
-        struct timespec t0, t;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        do clock_gettime(CLOCK_MONOTONIC, &t);
-        while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 5000000000L);
-    }
+    if (r == 1) compute_outside_mpi(5000);
     else for (int i = 0; i < 100; i++) MPI_Send(buf, sizeof buf, MPI_BYTE, 1, 0, MPI_COMM_WORLD);
     if (r == 1) for (int i = 0; i < 100; i++) MPI_Recv(buf, sizeof buf, MPI_BYTE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     MPI_Barrier(MPI_COMM_WORLD);

@@ -6,7 +6,7 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
+#include "compute.h"
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
@@ -27,10 +27,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < N; i++) buf[i] = 0xee;  /* the buffer is the application's again */
         printf("send returned after %.0f ms\n", t * 1e3);
     } else {
-        struct timespec t0, t;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        do clock_gettime(CLOCK_MONOTONIC, &t);
-        while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 3000000000L);
+        compute_outside_mpi(3000);
         MPI_Recv(buf, N, MPI_BYTE, 0, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         int bad = 0;
         for (int i = 0; i < N; i++) bad += buf[i] != (unsigned char)(i * 7 + 3);
