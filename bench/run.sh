@@ -2,7 +2,7 @@
 # The benchmark command: measures this BTL (ob1 + btl usnic) and its peers in ONE run on this machine,
 # then prints ratio tables (medians over the repetitions) and draws latency/bandwidth PNGs.
 #
-#   bench/run.sh                   full run on this host (5 repetitions, 0 B .. 4 MiB; ~15-20 min on 2 cores)
+#   bench/run.sh                   full run on this host (5 repetitions, 0 B .. 4 MiB; ~10 min on 2 cores)
 #   bench/run.sh --quick           smoke run (1 repetition, a few sizes; ~2 min)
 #   bench/run.sh --netns           MPI configurations across two netns-cluster.sh hosts (root only)
 #   bench/run.sh --loss 1,5        also measure bandwidth with 1 % and 5 % loss injected, as a fraction of clean
@@ -10,17 +10,17 @@
 #
 # Peers: btl tcp, cm + mtl ofi "udp;ofi_rxd" (libfabric's reliable datagrams over the same UDP), btl vader
 # (on-node ceiling), the raw datagram floor fi_pingpong -p udp -e dgram (latency), the raw libfabric
-# datagram streaming test `cargo bench --bench raw_datagram` (bandwidth; optional until branch fabric has it),
+# datagram streaming test `cargo bench --bench raw_datagram` (bandwidth),
 # and NetPIPE (NPopenmpi). The usnic row is always reported: measured, or "not available" with the reason.
 set -euo pipefail
 
-# ---- Names that belong to the plugin and are not settled yet (TODO(plugin): fill in when they exist) ----
+# ---- The plugin's names this script uses (overridable, e.g. to measure an older plugin) ----
 # MCA parameter of btl usnic that caps its data-channel datagram size. Passed only with --dgram-size N, which
 # then also sets the raw floor's size; without it the BTL follows its interface-MTU rule and the raw streaming
 # test (same fabric code) uses the same default size, which the summary prints.
 USNIC_DGRAM_PARAM=${USNIC_DGRAM_PARAM:-btl_usnic_mtu}
 # MCA parameter of btl usnic's fault injection: drop this percentage of outgoing datagrams (one-host --loss).
-# Empty = one-host loss runs of usnic are reported as not available for that reason.
+# Empty = one-host loss runs of usnic are reported as not available for that reason (a plugin without one).
 USNIC_LOSS_PARAM=${USNIC_LOSS_PARAM:-btl_usnic_fault_send_drop}
 # Extra MCA arguments for the usnic configuration (e.g. "--mca btl_usnic_if_include lo").
 USNIC_EXTRA_MCA=${USNIC_EXTRA_MCA:-}
