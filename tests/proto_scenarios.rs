@@ -75,6 +75,16 @@ fn sent_ok(peer: PeerId, cookie: u64) -> Vec<Event> {
     }]
 }
 
+/// Send `cookie` to `peer` completes on the timer pass at `t` µs, and not on one a
+/// microsecond earlier.
+#[track_caller]
+fn completes_at(e: &mut Engine, peer: PeerId, t: u64, cookie: u64) {
+    e.handle_timeout(us(t - 1));
+    assert!(events(e).is_empty(), "completed before t={t} us");
+    e.handle_timeout(us(t));
+    assert_eq!(events(e), sent_ok(peer, cookie));
+}
+
 #[test]
 fn delayed_ack_fires_after_ack_delay() {
     let mut p = pair();
@@ -763,10 +773,7 @@ fn a_lent_send_unacknowledged_for_the_hold_completes_and_is_resent_from_a_copy()
         Some(us(1010)),
         "the hold runs from the last segment"
     );
-    p.a.handle_timeout(us(1009));
-    assert!(events(&mut p.a).is_empty());
-    p.a.handle_timeout(us(1010));
-    assert_eq!(events(&mut p.a), sent_ok(p.ab, 7));
+    completes_at(&mut p.a, p.ab, 1010, 7);
     assert_eq!(p.a.stats().lent_released, 1);
     assert!(!p.a.is_idle(p.ab), "still unacknowledged");
     // The lender reuses its memory; the retransmission comes from the copy.
@@ -889,14 +896,8 @@ fn a_hold_left_by_an_op_acknowledged_out_of_order_does_not_release_its_slots_nex
     // X was due at t=1000, but the peer acknowledged at t=50: it is given until t=1050. Then
     // only X goes; Y's old entry must not release Z, whose own hold ends at t=1060.
     p.a.handle_timeout(us(1000));
-    p.a.handle_timeout(us(1049));
-    assert!(events(&mut p.a).is_empty());
-    p.a.handle_timeout(us(1050));
-    assert_eq!(events(&mut p.a), sent_ok(p.ab, 1));
-    p.a.handle_timeout(us(1059));
-    assert!(events(&mut p.a).is_empty());
-    p.a.handle_timeout(us(1060));
-    assert_eq!(events(&mut p.a), sent_ok(p.ab, 2));
+    completes_at(&mut p.a, p.ab, 1050, 1);
+    completes_at(&mut p.a, p.ab, 1060, 2);
     assert_eq!(p.a.stats().lent_released, 2);
 }
 
@@ -1055,10 +1056,7 @@ fn only_lent_sends_shorter_than_the_limit_are_copied_at_once() {
     p.a.handle_timeout(us(1));
     assert_eq!(events(&mut p.a), sent_ok(p.ab, 2));
     // 2000 bytes wait out the hold (the peer acknowledges nothing).
-    p.a.handle_timeout(us(999));
-    assert!(events(&mut p.a).is_empty());
-    p.a.handle_timeout(us(1000));
-    assert_eq!(events(&mut p.a), sent_ok(p.ab, 1));
+    completes_at(&mut p.a, p.ab, 1000, 1);
     assert_eq!(p.a.stats().lent_released, 2);
 }
 
