@@ -53,9 +53,10 @@ if [ "${VALGRIND:-0}" = 1 ]; then
     [ -f /usr/share/openmpi/openmpi-valgrind.supp ] && WRAP+=(--suppressions=/usr/share/openmpi/openmpi-valgrind.supp)
     JOB_TIMEOUT=$((JOB_TIMEOUT * 4))
 fi
-# pingpong at 4x its iterations: long enough (several seconds with 64 KiB datagrams on lo)
-# for the tool to capture and attack while it runs
-PINGPONG=("$ROOT/tests/mpi/bin/pingpong" -s 4 -t "$JOB_TIMEOUT")
+# pingpong at 8x its iterations, so that the tool captures and attacks while it runs: at 4x
+# the job took 2.9 s (64 KiB datagrams on lo) and the chunk attack 2.2 s of it, and in one CI
+# run of 2026-11-23 the job ended first ("the job ended before the attack did")
+PINGPONG=("$ROOT/tests/mpi/bin/pingpong" -s 8 -t "$JOB_TIMEOUT")
 PINGPONG_WRAP=("$ROOT/tests/mpi/bin/pingpong" -s 1 -t "$JOB_TIMEOUT")
 SLOW=("$WORK/slowcheck" -T 7 -t "$JOB_TIMEOUT")
 
