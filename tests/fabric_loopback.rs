@@ -1,7 +1,7 @@
 //! Two modules on `lo` exchanging datagrams through the udp provider.
 use usnic_rs::fabric::{
-    discover, parse_if_list, Completion, DeviceInfo, FabricConfig, Module, Op, PeerAddr, Posted,
-    LOCAL_ADDRESS_LEN,
+    default_rd_num, discover, parse_if_list, Completion, DeviceInfo, FabricConfig, Module, Op,
+    PeerAddr, Posted, DATA_RX_BYTES, LOCAL_ADDRESS_LEN,
 };
 use usnic_rs::proto::Channel;
 
@@ -328,6 +328,31 @@ fn bad_queue_sizes_are_refused() {
     };
     let m = Module::open(&dev, &big).unwrap();
     assert_eq!(m.tx_capacity(Channel::Data), 1024);
+}
+
+#[test]
+fn large_datagrams_get_fewer_receive_buffers_by_default() {
+    let dev = lo(&lo_cfg());
+    let m = Module::open(&dev, &lo_cfg()).unwrap();
+    let mtu = m.channel_mtu(Channel::Data);
+    assert_eq!(mtu, 65507, "lo carries the largest UDP datagram");
+    assert_eq!(m.rx_buffers(Channel::Data), 64);
+    assert_eq!(m.rx_buffers(Channel::Data), default_rd_num(mtu, 1024));
+    // The priority channel and the send side keep their defaults.
+    assert_eq!(m.rx_buffers(Channel::Priority), 127);
+    assert_eq!(m.tx_capacity(Channel::Data), 1024);
+    // An explicit rd_num still wins.
+    let cfg = FabricConfig {
+        rd_num: 300,
+        ..lo_cfg()
+    };
+    let m = Module::open(&dev, &cfg).unwrap();
+    assert_eq!(m.rx_buffers(Channel::Data), 300);
+    // A 1500-byte MTU keeps the provider's queue size; huge datagrams never go below 64.
+    assert_eq!(default_rd_num(1472, 1024), 1024);
+    assert_eq!(default_rd_num(8972, 1024), DATA_RX_BYTES / 8972);
+    assert_eq!(default_rd_num(1 << 20, 1024), 64);
+    assert_eq!(default_rd_num(1 << 20, 16), 16);
 }
 
 #[test]

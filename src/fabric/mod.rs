@@ -91,4 +91,7 @@ pub use device::{discover, DeviceInfo, IPV4_UDP_HEADERS, MAX_UDP_PAYLOAD};
 pub use error::FabricError;
 pub use fault::{FaultConfig, FaultStats};
 pub use iflist::{parse_if_list, IfFilter};
-pub use module::{BufId, Completion, Emulate, Module, Op, PeerAddr, Posted, LOCAL_ADDRESS_LEN};
+pub use module::{
+    default_rd_num, BufId, Completion, Emulate, Module, Op, PeerAddr, Posted, DATA_RX_BYTES,
+    LOCAL_ADDRESS_LEN,
+};
