@@ -4,10 +4,10 @@
 //! `btl_usnic_peer_timeout` with data in flight towards it would then acknowledge nothing, and its
 //! peers would declare it failed although it is healthy (the C original never gives up, so it
 //! never had this problem). This thread closes that gap: when no progress call happened for
-//! `IDLE`, it reads the completion queues, lets the protocol core acknowledge what arrived, and
+//! `IDLE_NS`, it reads the completion queues, lets the protocol core acknowledge what arrived, and
 //! *defers* every upcall (deliveries copied out of the receive buffers, completions) to the next
 //! real progress call. PML callbacks therefore still run only on the application's threads.
-//! Its ACKs also complete the peers' sends of lent data, which wait for them (see `IDLE_NS`).
+//! Its ACKs also stop the peers' retransmissions (lent sends complete on their own: `IDLE_NS`).
 //!
 //! While the thread exists every entry point takes the recursive lock (see `lock`), which is what
 //! makes its access to the module state sound.
@@ -23,12 +23,15 @@ use super::lock;
 use super::log;
 
 /// A progress call within this long means the application is in MPI: stay out of the way.
-/// Short, because a peer's send of lent data (16 KiB and more) completes only on our ACK: with
-/// 50 ms, an `MPI_Send` of 16-256 KiB to a rank computing for 200 ms took 62-69 ms, with 2 ms
-/// 4-6 ms. The 1000 wake-ups a second that mostly find a recent progress call cost nothing
-/// measurable (interleaved ping-pong and bidirectional bandwidth at 1-4 MiB, 6 runs).
-const IDLE_NS: u64 = 2_000_000;
-const TICK: Duration = Duration::from_millis(1);
+/// It was 2 ms (with a 1 ms tick) while a peer's send of lent data completed only on our ACK;
+/// since `btl_usnic_lent_hold` such a send completes about 1 ms after it left whether or not we
+/// acknowledge, so the helper only has to beat `btl_usnic_peer_timeout`. The 1000 wake-ups a
+/// second per rank were not free on oversubscribed nodes: 16 ranks of `manyreq` on 2 cores
+/// stalled for 20-110 s in about one run in four (a rank runnable but not scheduled, or
+/// stuck in `munmap`; with `btl_usnic_ack_thread 0`, 0 of 10), and not once in 12 runs with
+/// 20 ms and a 10 ms tick, which also ran 8 s instead of 9-11.
+const IDLE_NS: u64 = 20_000_000;
+const TICK: Duration = Duration::from_millis(10);
 
 static LAST_PROGRESS: AtomicU64 = AtomicU64::new(0);
 static STOP: AtomicBool = AtomicBool::new(false);
