@@ -28,7 +28,7 @@ use super::log;
 /// acknowledge, so the helper only has to beat `btl_usnic_peer_timeout`. The 1000 wake-ups a
 /// second per rank were not free on oversubscribed nodes: 16 ranks of `manyreq` on 2 cores
 /// stalled for 20-110 s in about one run in four (a rank runnable but not scheduled, or
-/// stuck in `munmap`; with `btl_usnic_ack_thread 0`, 0 of 10), and not once in 12 runs with
+/// stuck in `munmap`; with `btl_usnic_ack_thread 0`, 0 of 10), and not once in 24 runs with
 /// 20 ms and a 10 ms tick, which also ran 8 s instead of 9-11.
 const IDLE_NS: u64 = 20_000_000;
 const TICK: Duration = Duration::from_millis(10);
