@@ -1723,3 +1723,105 @@ fn fragments_read_in_place_are_acknowledged_on_the_next_pass_and_copied_ones_wai
         "lent, one datagram"
     );
 }
+
+/// A pair whose A has one RTT sample (50 µs) and nothing in flight.
+fn pair_after_one_round_trip() -> Pair {
+    let mut p = pair();
+    p.a.submit_send(us(0), p.ab, 1, vec![0; 1000], Cookie(1000))
+        .unwrap();
+    for d in tx(&mut p.a, us(0), Channel::Data) {
+        p.b.handle_datagram(us(10), Channel::Data, &d);
+    }
+    p.b.handle_timeout(us(40));
+    for a in tx(&mut p.b, us(40), Channel::Priority) {
+        p.a.handle_datagram(us(50), Channel::Priority, &a);
+    }
+    assert!(p.a.is_idle(p.ab));
+    events(&mut p.a);
+    p
+}
+
+#[test]
+fn a_spurious_timeout_does_not_make_fast_repair_resend_what_the_peer_is_still_reading() {
+    let mut p = pair_after_one_round_trip();
+    // A window's worth leaves at once; B is descheduled and reads none of it before A's
+    // retransmit timeout, which probes the 8 oldest.
+    for i in 0..100 {
+        p.a.submit_send(us(100), p.ab, 1, vec![0; 1000], Cookie(i))
+            .unwrap();
+    }
+    let mut queue = tx(&mut p.a, us(100), Channel::Data);
+    assert_eq!(queue.len(), 100);
+    let rto = p.a.poll_timeout().expect("a timer is armed");
+    p.a.handle_timeout(rto);
+    queue.extend(tx(&mut p.a, rto, Channel::Data));
+    assert_eq!(p.a.stats().resends_timeout, 8);
+    // B wakes and reads its socket in order, 16 datagrams per pass, acknowledging each pass;
+    // A treats every ACK and sends whatever it then thinks lost behind the rest.
+    let mut t = rto.0 / 1_000 + 100;
+    while !queue.is_empty() {
+        let batch: Vec<_> = queue.drain(..queue.len().min(16)).collect();
+        for d in &batch {
+            p.b.handle_datagram(us(t), Channel::Data, d);
+        }
+        p.b.handle_timeout(us(t + 40));
+        for a in tx(&mut p.b, us(t + 40), Channel::Priority) {
+            p.a.handle_datagram(us(t + 50), Channel::Priority, &a);
+        }
+        if p.a.poll_timeout().is_some_and(|d| d <= us(t + 50)) {
+            p.a.handle_timeout(us(t + 50));
+        }
+        queue.extend(tx(&mut p.a, us(t + 50), Channel::Data));
+        t += 60;
+    }
+    assert!(p.a.is_idle(p.ab));
+    assert_eq!(
+        (p.a.stats().resends_fast, p.b.stats().dup_recvs),
+        (0, 8),
+        "nothing was lost: only the probes arrive twice"
+    );
+}
+
+#[test]
+fn a_window_lost_whole_is_repaired_one_round_trip_after_the_probes() {
+    let mut p = pair_after_one_round_trip();
+    for i in 0..100 {
+        p.a.submit_send(us(100), p.ab, 1, vec![0; 1000], Cookie(i))
+            .unwrap();
+    }
+    assert_eq!(tx(&mut p.a, us(100), Channel::Data).len(), 100, "all lost");
+    let rto = p.a.poll_timeout().expect("a timer is armed");
+    p.a.handle_timeout(rto);
+    let probes = tx(&mut p.a, rto, Channel::Data);
+    assert_eq!(probes.len(), 8);
+    // The probes arrive and are acknowledged: their ACK delivers nothing fresh, so it is
+    // taken as theirs, and the 92 segments sent before them are lost.
+    let t = rto.0 / 1_000;
+    for d in &probes {
+        p.b.handle_datagram(us(t + 10), Channel::Data, d);
+    }
+    p.b.handle_timeout(us(t + 40));
+    for a in tx(&mut p.b, us(t + 40), Channel::Priority) {
+        p.a.handle_datagram(us(t + 50), Channel::Priority, &a);
+    }
+    // Progress passes at that instant, as the plugin makes them (a pass ends at the timer).
+    let mut repairs = tx(&mut p.a, us(t + 50), Channel::Data);
+    while p.a.poll_timeout().is_some_and(|d| d <= us(t + 50)) {
+        p.a.handle_timeout(us(t + 50));
+        repairs.extend(tx(&mut p.a, us(t + 50), Channel::Data));
+    }
+    assert_eq!(
+        (repairs.len(), p.a.stats().resends_fast),
+        (92, 92),
+        "the rest, at once"
+    );
+    for d in &repairs {
+        p.b.handle_datagram(us(t + 200), Channel::Data, d);
+    }
+    p.b.handle_timeout(us(t + 240));
+    for a in tx(&mut p.b, us(t + 240), Channel::Priority) {
+        p.a.handle_datagram(us(t + 250), Channel::Priority, &a);
+    }
+    assert!(p.a.is_idle(p.ab));
+    assert_eq!(p.a.stats().resends_timeout, 8, "no second timeout");
+}
