@@ -102,6 +102,7 @@ step suite-netns env SUITE_QUICK=1 SUITE_PROGRAMS=0 tests/suite/netns.sh
 step connectivity tests/connectivity/netns.sh
 step deadpeer tests/deadpeer.sh
 step faults tests/suite/faults.sh
+step apps tests/apps/hpcc.sh
 step hostile tests/hostile/run.sh
 
 echo

@@ -3,7 +3,7 @@
 set -euo pipefail
 pkgs=(openmpi-bin libopenmpi-dev libfabric-dev libfabric-bin libclang-dev clang pkg-config
       valgrind iproute2 nftables iptables iputils-ping libnetfilter-queue-dev gcc make
-      python3-mpi4py python3-numpy python3-pip python3-matplotlib netpipe-openmpi util-linux)
+      python3-mpi4py python3-numpy python3-pip python3-matplotlib netpipe-openmpi util-linux hpcc)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
