@@ -479,15 +479,21 @@ fn resends_per_pass_are_bounded() {
     let _ = t;
 }
 
+/// A submits 100 sends of 1000 bytes at `t` µs and transmits them all: the datagrams.
+fn send_window(p: &mut Pair, t: u64) -> Vec<Vec<u8>> {
+    for i in 0..100 {
+        p.a.submit_send(us(t), p.ab, 1, vec![0; 1000], Cookie(i))
+            .unwrap();
+    }
+    let sent = tx(&mut p.a, us(t), Channel::Data);
+    assert_eq!(sent.len(), 100);
+    sent
+}
+
 #[test]
 fn a_timeout_probes_the_oldest_and_rearms_the_rest() {
     let mut p = pair();
-    for i in 0..100 {
-        p.a.submit_send(us(0), p.ab, 1, vec![0; 1000], Cookie(i))
-            .unwrap();
-    }
-    let first = tx(&mut p.a, us(0), Channel::Data);
-    assert_eq!(first.len(), 100);
+    let first = send_window(&mut p, 0);
     // Nothing acknowledged by 5 ms: only the 8 oldest are resent, not the whole window.
     p.a.handle_timeout(us(5_000));
     let probes = tx(&mut p.a, us(5_000), Channel::Data);
@@ -1724,7 +1730,8 @@ fn fragments_read_in_place_are_acknowledged_on_the_next_pass_and_copied_ones_wai
     );
 }
 
-/// A pair whose A has one RTT sample (50 µs) and nothing in flight.
+/// A pair whose A has one RTT sample (50 µs: B acknowledges after its ACK delay) and nothing
+/// in flight.
 fn pair_after_one_round_trip() -> Pair {
     let mut p = pair();
     p.a.submit_send(us(0), p.ab, 1, vec![0; 1000], Cookie(1000))
@@ -1732,10 +1739,7 @@ fn pair_after_one_round_trip() -> Pair {
     for d in tx(&mut p.a, us(0), Channel::Data) {
         p.b.handle_datagram(us(10), Channel::Data, &d);
     }
-    p.b.handle_timeout(us(40));
-    for a in tx(&mut p.b, us(40), Channel::Priority) {
-        p.a.handle_datagram(us(50), Channel::Priority, &a);
-    }
+    ack_back(&mut p, 10);
     assert!(p.a.is_idle(p.ab));
     events(&mut p.a);
     p
@@ -1746,12 +1750,7 @@ fn a_spurious_timeout_does_not_make_fast_repair_resend_what_the_peer_is_still_re
     let mut p = pair_after_one_round_trip();
     // A window's worth leaves at once; B is descheduled and reads none of it before A's
     // retransmit timeout, which probes the 8 oldest.
-    for i in 0..100 {
-        p.a.submit_send(us(100), p.ab, 1, vec![0; 1000], Cookie(i))
-            .unwrap();
-    }
-    let mut queue = tx(&mut p.a, us(100), Channel::Data);
-    assert_eq!(queue.len(), 100);
+    let mut queue = send_window(&mut p, 100);
     let rto = p.a.poll_timeout().expect("a timer is armed");
     p.a.handle_timeout(rto);
     queue.extend(tx(&mut p.a, rto, Channel::Data));
@@ -1764,14 +1763,11 @@ fn a_spurious_timeout_does_not_make_fast_repair_resend_what_the_peer_is_still_re
         for d in &batch {
             p.b.handle_datagram(us(t), Channel::Data, d);
         }
-        p.b.handle_timeout(us(t + 40));
-        for a in tx(&mut p.b, us(t + 40), Channel::Priority) {
-            p.a.handle_datagram(us(t + 50), Channel::Priority, &a);
+        ack_back(&mut p, t);
+        if p.a.poll_timeout().is_some_and(|d| d <= us(t + 40)) {
+            p.a.handle_timeout(us(t + 40));
         }
-        if p.a.poll_timeout().is_some_and(|d| d <= us(t + 50)) {
-            p.a.handle_timeout(us(t + 50));
-        }
-        queue.extend(tx(&mut p.a, us(t + 50), Channel::Data));
+        queue.extend(tx(&mut p.a, us(t + 40), Channel::Data));
         t += 60;
     }
     assert!(p.a.is_idle(p.ab));
@@ -1785,11 +1781,7 @@ fn a_spurious_timeout_does_not_make_fast_repair_resend_what_the_peer_is_still_re
 #[test]
 fn a_window_lost_whole_is_repaired_one_round_trip_after_the_probes() {
     let mut p = pair_after_one_round_trip();
-    for i in 0..100 {
-        p.a.submit_send(us(100), p.ab, 1, vec![0; 1000], Cookie(i))
-            .unwrap();
-    }
-    assert_eq!(tx(&mut p.a, us(100), Channel::Data).len(), 100, "all lost");
+    send_window(&mut p, 100); // all lost
     let rto = p.a.poll_timeout().expect("a timer is armed");
     p.a.handle_timeout(rto);
     let probes = tx(&mut p.a, rto, Channel::Data);
@@ -1800,10 +1792,7 @@ fn a_window_lost_whole_is_repaired_one_round_trip_after_the_probes() {
     for d in &probes {
         p.b.handle_datagram(us(t + 10), Channel::Data, d);
     }
-    p.b.handle_timeout(us(t + 40));
-    for a in tx(&mut p.b, us(t + 40), Channel::Priority) {
-        p.a.handle_datagram(us(t + 50), Channel::Priority, &a);
-    }
+    ack_back(&mut p, t + 10);
     // Progress passes at that instant, as the plugin makes them (a pass ends at the timer).
     let mut repairs = tx(&mut p.a, us(t + 50), Channel::Data);
     while p.a.poll_timeout().is_some_and(|d| d <= us(t + 50)) {
@@ -1818,10 +1807,7 @@ fn a_window_lost_whole_is_repaired_one_round_trip_after_the_probes() {
     for d in &repairs {
         p.b.handle_datagram(us(t + 200), Channel::Data, d);
     }
-    p.b.handle_timeout(us(t + 240));
-    for a in tx(&mut p.b, us(t + 240), Channel::Priority) {
-        p.a.handle_datagram(us(t + 250), Channel::Priority, &a);
-    }
+    ack_back(&mut p, t + 200);
     assert!(p.a.is_idle(p.ab));
     assert_eq!(p.a.stats().resends_timeout, 8, "no second timeout");
 }
