@@ -77,8 +77,7 @@ EOF
 
 # sum of the usnic ranks' final statistics: "T (timeout + fast) resent, D duplicates received"
 resends_of() {
-    grep -hE 'btl:usnic: stats \(final\) ' "$1" 2>/dev/null |
-        sed -nE 's/.* resends_timeout=([0-9]+) resends_fast=([0-9]+).* dup_recvs=([0-9]+) .*/\1 \2 \3/p' |
+    usnic_final_resends "$1" |
         awk '{t += $1; f += $2; d += $3; n++} END {
             if (n) printf "%d (%d + %d) resent, %d duplicates received", t + f, t, f, d; else print "-" }'
 }

@@ -66,8 +66,7 @@ retrans_of() {
     suite_is_usnic "$BTL" || { echo "n/a (tcp)"; return; }
     # the suite's runs only (ranks write to rank.N; not the preflight job, which is not measured)
     local logs=("$dir"/*-np*-*/rank.* "$dir"/*-np*-*/mpirun.log)
-    rs=$(grep -hE 'btl:usnic: stats \(final\) ' "${logs[@]}" 2>/dev/null |
-        sed -nE 's/.* resends_timeout=([0-9]+) resends_fast=([0-9]+).*/\1 \2/p')
+    rs=$(usnic_final_resends "${logs[@]}")
     if [ -z "$rs" ]; then
         rs=$(grep -hoE 'R\(T\+F\)/A: *[0-9]+\([0-9]+\+[0-9]+\)/[0-9]+/[0-9]+/[0-9]+\([0-9]+\+[0-9]+\)' "${logs[@]}" 2>/dev/null |
             sed -E 's/.*\/[0-9]+\(([0-9]+)\+([0-9]+)\)$/\1 \2/')
