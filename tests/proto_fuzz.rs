@@ -235,7 +235,7 @@ fn forged_headers_with_valid_identity_never_panic() {
         let mut h = Header::new(kinds[rng.below(8) as usize]);
         h.src = src;
         h.key = key;
-        // Mostly the live epoch 0, sometimes a later one (wire v2 extended numbers).
+        // Mostly the live epoch 0, sometimes a later one (extended numbers, docs/wire.md §5a).
         let ext = |rng: &mut Rng| (rng.below(3) as u32) << 16 | rng.next_u64() as u16 as u32;
         h.seq = ext(&mut rng);
         h.ack = if rng.below(2) == 0 {
@@ -243,6 +243,7 @@ fn forged_headers_with_valid_identity_never_panic() {
                 cum: ext(&mut rng),
                 sack: rng.next_u64() as u32,
                 snd_next: ext(&mut rng),
+                dsack: (rng.below(2) == 0).then(|| rng.next_u64() as u16),
             })
         } else {
             None

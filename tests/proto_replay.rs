@@ -286,6 +286,7 @@ fn forged_acks_beyond_the_window_release_nothing() {
             cum,
             sack: u32::MAX,
             snd_next,
+            dsack: None,
         });
         let mut b = vec![0u8; h.header_len()];
         h.emit(&mut b);

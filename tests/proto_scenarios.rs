@@ -248,10 +248,20 @@ fn late_ack_after_a_retransmit_is_harmless() {
     let ack2 = tx(&mut p.b, us(5_010), Channel::Priority);
     assert_eq!(ack2.len(), 1);
     assert_eq!(
+        hdr(&ack2[0]).ack.unwrap().dsack,
+        Some(hdr(&r[0]).seq as u16),
+        "the re-ACK names the duplicate"
+    );
+    assert_eq!(
         p.a.handle_datagram(us(5_020), Channel::Priority, &ack2[0]),
         RxOutcome::Consumed
     );
     assert!(events(&mut p.a).is_empty(), "no second completion");
+    assert_eq!(
+        p.a.stats().spurious_resends,
+        1,
+        "A learns its resend was needless"
+    );
     assert!(p.a.is_idle(p.ab));
     assert_eq!(
         p.a.poll_timeout(),
@@ -1810,4 +1820,86 @@ fn a_window_lost_whole_is_repaired_one_round_trip_after_the_probes() {
     ack_back(&mut p, t + 200);
     assert!(p.a.is_idle(p.ab));
     assert_eq!(p.a.stats().resends_timeout, 8, "no second timeout");
+}
+
+/// One round of ten 1000-byte sends from A at `t0` µs whose third datagram is only late: B gets
+/// the others at +10 and ACKs at once (a new gap), A repairs the third when the reordering
+/// allowance is over, the original reaches B at +30 and the repair after it, as a duplicate,
+/// which B names in an ACK of its own. Returns how long after the ACK (+20) the repair was due.
+fn late_third(p: &mut Pair, t0: u64) -> u64 {
+    for i in 0..10 {
+        p.a.submit_send(us(t0), p.ab, 1, vec![i as u8; 1000], Cookie(i))
+            .unwrap();
+    }
+    let d = tx(&mut p.a, us(t0), Channel::Data);
+    for (i, x) in d.iter().enumerate() {
+        if i != 2 {
+            p.b.handle_datagram(us(t0 + 10), Channel::Data, x);
+        }
+    }
+    for x in tx(&mut p.b, us(t0 + 10), Channel::Priority) {
+        p.a.handle_datagram(us(t0 + 20), Channel::Priority, &x);
+    }
+    let due = p.a.poll_timeout().unwrap();
+    p.a.handle_timeout(due);
+    let r = tx(&mut p.a, due, Channel::Data);
+    assert_eq!(r.len(), 1, "the third is repaired");
+    p.b.handle_datagram(us(t0 + 30), Channel::Data, &d[2]);
+    for x in tx(&mut p.b, us(t0 + 30), Channel::Priority) {
+        p.a.handle_datagram(us(t0 + 40), Channel::Priority, &x);
+    }
+    assert_eq!(
+        p.b.handle_datagram(us(t0 + 35), Channel::Data, &r[0]),
+        RxOutcome::Dropped(DropReason::Duplicate)
+    );
+    let report = tx(&mut p.b, us(t0 + 35), Channel::Priority);
+    assert_eq!(report.len(), 1);
+    assert_eq!(
+        hdr(&report[0]).ack.unwrap().dsack,
+        Some(hdr(&d[2]).seq as u16)
+    );
+    p.a.handle_datagram(us(t0 + 45), Channel::Priority, &report[0]);
+    assert_eq!(events(&mut p.a).len(), 10);
+    assert!(p.a.is_idle(p.ab));
+    (due.0 - us(t0 + 20).0) / 1_000
+}
+
+#[test]
+fn a_repair_reported_needless_makes_the_next_one_wait_longer() {
+    let mut p = pair();
+    let first = late_third(&mut p, 0);
+    assert_eq!(p.a.stats().spurious_resends, 1);
+    let second = late_third(&mut p, 1_000);
+    assert_eq!(p.a.stats().spurious_resends, 2);
+    assert!(
+        second > first,
+        "the reordering allowance widened: repair due {first} then {second} us after the ACK"
+    );
+}
+
+#[test]
+fn every_duplicate_is_named_by_an_ack_of_its_own() {
+    let mut p = pair();
+    for i in 0..3 {
+        p.a.submit_send(us(0), p.ab, 1, vec![i as u8; 1000], Cookie(i))
+            .unwrap();
+    }
+    let d = tx(&mut p.a, us(0), Channel::Data);
+    for x in &d {
+        p.b.handle_datagram(us(10), Channel::Data, x);
+    }
+    tx(&mut p.b, us(40), Channel::Priority);
+    // All three arrive again in one pass (a replaying network, or three needless resends).
+    for x in &d {
+        p.b.handle_datagram(us(50), Channel::Data, x);
+    }
+    let acks = tx(&mut p.b, us(50), Channel::Priority);
+    let named: Vec<_> = acks.iter().map(|a| hdr(a).ack.unwrap().dsack).collect();
+    let seqs: Vec<_> = d.iter().map(|x| Some(hdr(x).seq as u16)).collect();
+    assert_eq!(named, seqs);
+    // A never resent them: the network made the copies, nothing is counted or changed.
+    for a in &acks {
+        p.a.handle_datagram(us(60), Channel::Priority, a);
+    }
+    assert_eq!(p.a.stats().spurious_resends, 0);
 }

@@ -253,3 +253,35 @@ fn no_spurious_repair_without_loss_or_reordering() {
         assert_eq!(st.resends_fast + st.resends_timeout, 0, "{st:?}");
     }
 }
+
+/// Reordering without loss (a quarter of the datagrams held back by up to 6 one-way delays, like
+/// netem's `delay 300us reorder 25%`): every repair is spurious. The receiver reports each
+/// duplicate it gets (D-SACK, docs/wire.md §6), so the sender widens its reordering allowance
+/// and stops repairing what is only late.
+#[test]
+fn reordering_without_loss_is_not_repaired_for_long() {
+    let seed = seed(21);
+    let link = Link {
+        reorder: 0.25,
+        reorder_ns: 60_000,
+        ..Link::lossy(0.0)
+    };
+    let s = run_workload(SimConfig::uniform(link, 4096), seed, 1500);
+    for n in &s.nodes {
+        let st = n.eng.stats();
+        eprintln!("{st:?}");
+        let resent = st.resends_fast + st.resends_timeout;
+        // Without the reports 9-14 % of the segments were resent (seeds 1, 2, 7, 8, 11, 21);
+        // with them 0.3-2.5 % (seeds 1-12, 21), most in the first round trips, while the
+        // allowance widens.
+        assert!(
+            resent * 25 <= st.sends,
+            "seed {seed}: {resent} of {} segments resent for nothing: {st:?}",
+            st.sends
+        );
+        assert!(
+            st.spurious_resends > 0 && st.spurious_resends <= resent,
+            "seed {seed}: the duplicates were reported: {st:?}"
+        );
+    }
+}

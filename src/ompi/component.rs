@@ -438,7 +438,7 @@ pub fn progress() -> i32 {
 
 /// Every counter of the protocol core, by its `Stats` field name (the statistics line's keys;
 /// a unit test checks that none is missing).
-pub fn core_counters(s: &Stats) -> [(&'static str, u64); 25] {
+pub fn core_counters(s: &Stats) -> [(&'static str, u64); 26] {
     [
         ("sends", s.sends),
         ("frag_sends", s.frag_sends),
@@ -465,6 +465,7 @@ pub fn core_counters(s: &Stats) -> [(&'static str, u64); 25] {
         ("bytes_received", s.bytes_received),
         ("peers_failed", s.peers_failed),
         ("lent_released", s.lent_released),
+        ("spurious_resends", s.spurious_resends),
     ]
 }
 

@@ -94,6 +94,11 @@ pub const COUNTERS: &[Counter] = &[
         "Sends read in place copied and completed before their ACK (btl_usnic_lent_copy_limit, btl_usnic_lent_hold)\0",
         |s| s.lent_released,
     ),
+    (
+        "num_spurious_resends\0",
+        "Retransmissions the peer reported receiving twice (the original had arrived, late)\0",
+        |s| s.spurious_resends,
+    ),
 ];
 
 pub fn name(i: usize) -> *const c_char {

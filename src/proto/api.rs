@@ -401,4 +401,7 @@ pub struct Stats {
     /// Fragments read in place copied without their ACK (and reported complete then): right
     /// after they left (`Config::lent_copy_below`) or after `Config::lent_hold`.
     pub lent_released: u64,
+    /// Retransmissions the peer reported receiving twice (D-SACK): the original had arrived,
+    /// only late. Counted once per report, fast repairs and timeouts alike.
+    pub spurious_resends: u64,
 }

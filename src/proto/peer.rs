@@ -29,6 +29,15 @@ pub struct HeldPut {
     pub cookie: Cookie,
 }
 
+/// Duplicates a receiver remembers for its D-SACK reports; more arriving before the ACKs leave
+/// go unreported (the sender then only counts fewer of its needless resends).
+pub const MAX_DSACKS: usize = 64;
+
+/// Resends a sender remembers for the peer's D-SACK reports. The send window's own records
+/// are too short-lived: across hosts half the reports came back after a window's worth of new
+/// segments had taken their slots.
+pub const RESENT_MEMORY: usize = 512;
+
 #[derive(Debug)]
 pub struct Peer {
     pub info: PeerInfo,
@@ -56,6 +65,14 @@ pub struct Peer {
     pub reo_mult: u32,
     /// Fast repairs since the allowance last changed that were not spurious.
     pub good_repairs: u32,
+    /// When a duplicate report last widened the allowance (at most once per round trip).
+    pub reo_widened_at: Instant,
+    /// The latest resends (16-bit sequence number, declared lost by the fast path), oldest
+    /// first, at most `RESENT_MEMORY`: what a duplicate report is matched against.
+    pub resent: VecDeque<(u16, bool)>,
+    /// Low 16 bits of duplicates received from the peer, each to be named by an ACK of its
+    /// own (D-SACK), oldest first, at most `MAX_DSACKS`.
+    pub dsacks: VecDeque<u16>,
     /// Last acknowledgement progress (or the start of outstanding work).
     pub last_progress: Instant,
     pub next_msg_id: u32,
@@ -140,6 +157,9 @@ impl Peer {
             rack_deadline: None,
             reo_mult: 1,
             good_repairs: 0,
+            reo_widened_at: Instant(0),
+            resent: VecDeque::new(),
+            dsacks: VecDeque::new(),
             last_progress: now,
             next_msg_id: 1,
             next_request: 1,

@@ -60,6 +60,11 @@ impl Rtt {
         }
     }
 
+    /// Smoothed RTT; before any sample, the initial timeout.
+    pub fn srtt(&self) -> u64 {
+        self.srtt.unwrap_or(self.initial)
+    }
+
     /// Smallest RTT seen (the fast-repair clock); before any sample, the RTO floor.
     pub fn min_rtt(&self) -> u64 {
         self.min.unwrap_or(self.floor)

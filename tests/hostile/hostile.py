@@ -5,7 +5,7 @@ Finds the job's UDP ports (ss -uanp, filtered by the job's PIDs), captures some 
 datagrams from an AF_PACKET socket on lo (same-host traffic, even to eth0's address, is
 looped through lo), then sends one class of hostile datagrams to those ports:
 
-  garbage    random bytes of random lengths (half starting like a v2 header: version 2, a
+  garbage    random bytes of random lengths (half starting like a current header: version 3, a
              kind, zero flags/tag), plus a few
              datagrams larger than the channel MTU
   truncated  every prefix of real datagrams shorter than header + payload_len
@@ -21,10 +21,10 @@ looped through lo), then sends one class of hostile datagrams to those ports:
              regions and offsets outside any registered memory
   flood      one real sequenced datagram and one real ACK, each sent thousands of times
 
-Wire format: docs/wire.md (version 2, little-endian: 40-byte base header with the epochs of
-seq/ack/snd_next at 32..38, message extension at 40..56, region extension at 56..72; key at
-16 is the receiver's job key, src at 8 the sender's id). Version 1 is rejected by the job, so
-only version-2 datagrams are captured. Prints what it sent, one 'HOSTILE <attack> sent=N ...' summary line last.
+Wire format: docs/wire.md (version 3, little-endian: 40-byte base header with the epochs of
+seq/ack/snd_next at 32..38 and the duplicate report at 38..40, message extension at 40..56,
+region extension at 56..72; key at 16 is the receiver's job key, src at 8 the sender's id).
+Other versions are rejected by the job, so only version-3 datagrams are captured. Prints what it sent, one 'HOSTILE <attack> sent=N ...' summary line last.
 Root only (AF_PACKET). Python 3 stdlib only.
 """
 import argparse
@@ -37,11 +37,11 @@ import subprocess
 import sys
 import time
 
-VERSION = 2
-# version kind flags tag seq ack src key plen snd_next sack seq_epoch ack_epoch snd_next_epoch rsvd
+VERSION = 3
+# version kind flags tag seq ack src key plen snd_next sack seq_epoch ack_epoch snd_next_epoch dsack
 HDR = struct.Struct("<BBBBHHQQHHIHHHH")
 HDR_NAMES = ["version", "kind", "flags", "tag", "seq", "ack", "src", "key", "plen", "snd_next",
-             "sack", "seq_epoch", "ack_epoch", "snd_next_epoch", "rsvd"]
+             "sack", "seq_epoch", "ack_epoch", "snd_next_epoch", "dsack"]
 MSG = struct.Struct("<IIII")  # id total offset reserved
 REGION = struct.Struct("<QQ")  # region region_offset
 BASE = HDR.size  # 40
@@ -193,7 +193,7 @@ def with_header(p, **kw):
 
 
 def header(kind, xseq, src, key, plen, tag=0):
-    """A v2 base header without ACK information for extended sequence number xseq."""
+    """A base header without ACK information for extended sequence number xseq."""
     return HDR.pack(VERSION, kind, 0, tag, xseq & 0xFFFF, 0, src, key, plen, 0, 0,
                     (xseq >> 16) & 0xFFFF, 0, 0, 0)
 
@@ -283,7 +283,7 @@ def main():
 
     caps = capture(targets, a.capture, 3000, enough, live=live, mine={tx.port, ltx.port})
     valid = [p for p in caps if p.h]
-    log(f"captured {len(caps)} datagrams ({len(valid)} parse as v2 headers); kinds "
+    log(f"captured {len(caps)} datagrams ({len(valid)} parse as current headers); kinds "
         f"{sorted({p.kind for p in valid})}")
     if not valid:
         print("hostile: captured no datagram of the job (is it running over usnic?)", file=sys.stderr)
@@ -312,7 +312,7 @@ def main():
                             rng.randrange(0, 1400)])
             d = bytearray(rng.randbytes(n))
             if n and i % 2:
-                # starts like a v2 header (version, a kind, flags and tag mostly clear): goes
+                # starts like a current header (version, a kind, flags and tag mostly clear): goes
                 # further through parse; a v1 version byte now and then (rejected too)
                 d[0] = VERSION if i % 10 != 1 else 1
                 if n > 1:

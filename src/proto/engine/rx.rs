@@ -3,6 +3,7 @@
 use super::{Engine, LastWrite};
 use crate::proto::api::*;
 use crate::proto::chunk::Whole;
+use crate::proto::peer::MAX_DSACKS;
 use crate::proto::window::recv::ext_diff;
 use crate::proto::window::Accept;
 use crate::proto::wire::{self, Kind};
@@ -94,6 +95,11 @@ impl Engine {
         match p.rw.accept(h.seq) {
             Accept::Duplicate => {
                 self.stats.dup_recvs += 1;
+                // Each is named by an ACK of its own: the sender learns which resend was
+                // needless (a burst of them would otherwise share one ACK and one report).
+                if p.dsacks.len() < MAX_DSACKS {
+                    p.dsacks.push_back(h.seq as u16);
+                }
                 self.ack_now(pid);
                 return RxOutcome::Dropped(DropReason::Duplicate);
             }

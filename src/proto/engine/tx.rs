@@ -7,6 +7,7 @@ use crate::proto::fragment::OpKind;
 use crate::proto::hotel::RoomId;
 use crate::proto::payload::Payload;
 use crate::proto::peer::Peer;
+use crate::proto::peer::RESENT_MEMORY;
 use crate::proto::seq::Seq;
 use crate::proto::window::{SegRec, SegState};
 use crate::proto::wire::{AckInfo, Header, Kind, BASE_LEN, MAX_ACK_MAP};
@@ -106,7 +107,10 @@ impl Engine {
             let mut h = Header::new(Kind::Ack);
             h.src = self.cfg.local_id;
             h.key = p.info.remote_key;
-            h.ack = Some(ack_info(p));
+            h.ack = Some(AckInfo {
+                dsack: p.dsacks.pop_front(),
+                ..ack_info(p)
+            });
             // The rest of the SACK bitmap, up to the highest arrival, as payload.
             let extra_bits = p.rw.sack_span().saturating_sub(32);
             let room = (self.cfg.priority_mtu - BASE_LEN).min(MAX_ACK_MAP);
@@ -120,8 +124,13 @@ impl Engine {
                 buf[n + i..n + i + k].copy_from_slice(&w[..k]);
                 i += k;
             }
-            p.ack_owed = false;
-            p.ack_due = false;
+            if p.dsacks.is_empty() {
+                p.ack_owed = false;
+                p.ack_due = false;
+            } else {
+                p.in_ack_list = true;
+                self.ack_list.push_back(pid);
+            }
             self.stats.acks_alone += 1;
             return Some(Transmit {
                 peer: PeerId(pid),
@@ -287,6 +296,10 @@ impl Engine {
                 if body.is_some() {
                     mark_read_in_place(p, rec.op, Channel::Data, self.posted);
                 }
+                if p.resent.len() == RESENT_MEMORY {
+                    p.resent.pop_front();
+                }
+                p.resent.push_back((seq, rec.fast));
                 if rec.fast {
                     self.stats.resends_fast += 1;
                 } else {
@@ -323,11 +336,15 @@ pub(super) const MAX_UNSENT_REFUSALS: u32 = 64;
 /// the next ones (they are first in line, before any new segment on either channel), so they
 /// are counted in: an ACK need not wait for them, and two peers refusing each other's PUTs
 /// with full windows cannot both withhold the ACKs that would open them.
+///
+/// Duplicates are named by standalone ACKs only (`tx_ack`): one riding a data segment can
+/// arrive behind a backlog so late that the peer ignores it as old, and its report with it.
 fn ack_info(p: &Peer) -> AckInfo {
     AckInfo {
         cum: p.rw.cum(),
         sack: p.rw.sack_word(0) as u32,
         snd_next: p.sw.next_ext.wrapping_add(p.refusals_unsent),
+        dsack: None,
     }
 }
 
@@ -398,8 +415,13 @@ fn emit_segment(
     };
     // An ACK riding a data-channel segment queues at the peer behind everything still in
     // flight on that channel; with a backlog that is longer than the peer's timeout (4 MiB of
-    // 64 KiB datagrams take a millisecond to read), so the standalone ACK stays due.
-    if p.ack_owed && !hold && (rec.prio || p.sw.in_flight() <= PIGGYBACK_BACKLOG) {
+    // 64 KiB datagrams take a millisecond to read), so the standalone ACK stays due. So it
+    // does while it has a duplicate to name (`ack_info`).
+    if p.ack_owed
+        && !hold
+        && p.dsacks.is_empty()
+        && (rec.prio || p.sw.in_flight() <= PIGGYBACK_BACKLOG)
+    {
         p.ack_owed = false;
         p.ack_due = false;
         stats.acks_piggybacked += 1;

@@ -15,7 +15,8 @@ pub const OFF_SACK: usize = 28;
 pub const OFF_SEQ_EPOCH: usize = 32;
 pub const OFF_ACK_EPOCH: usize = 34;
 pub const OFF_SND_NEXT_EPOCH: usize = 36;
-pub const OFF_RESERVED0: usize = 38;
+/// Low 16 bits of a duplicate the sender of this ACK received (flag `DSACK`; version 3).
+pub const OFF_DSACK: usize = 38;
 pub const OFF_ID: usize = 40;
 pub const OFF_TOTAL: usize = 44;
 pub const OFF_OFFSET: usize = 48;
@@ -25,6 +26,8 @@ pub const OFF_REGION_OFFSET: usize = 64;
 
 /// Flags bit 0: the `ack`/`sack` fields carry acknowledgement information.
 pub const FLAG_ACK: u8 = 1;
+/// Flags bit 1: bytes 38..40 name a segment received twice since the previous ACK (D-SACK).
+pub const FLAG_DSACK: u8 = 2;
 
 #[inline]
 pub fn get16(b: &[u8], o: usize) -> u16 {

@@ -17,8 +17,10 @@ pub use field::*;
 
 /// Wire format version written in byte 0 of every datagram.
 /// Version 1 (16-bit sequence space without epochs) is rejected: its replays after a wrap
-/// are indistinguishable from fresh segments, and its header is 8 bytes shorter.
-pub const VERSION: u8 = 2;
+/// are indistinguishable from fresh segments, and its header is 8 bytes shorter. Version 2
+/// is version 3 without duplicate reports (D-SACK): rejected too, since a mixed job would
+/// work but never adapt to reordering (docs/wire.md §9).
+pub const VERSION: u8 = 3;
 /// Base header length (every datagram).
 pub const BASE_LEN: usize = 40;
 /// Base header + message extension (Chunk, GetReply, PutRefuse, GetRefuse).
@@ -91,6 +93,9 @@ pub struct AckInfo {
     /// emulated PUT once the receiver of this ACK has received everything below it (a
     /// refusal may be among them).
     pub snd_next: u32,
+    /// Low 16 bits of a segment the ACK's sender received twice since its previous ACK
+    /// (D-SACK): tells the peer that a retransmission was spurious.
+    pub dsack: Option<u16>,
 }
 
 /// A parsed (or to-be-emitted) header.
@@ -162,7 +167,11 @@ impl Header {
         let b = &mut buf[..n];
         b[OFF_VERSION] = VERSION;
         b[OFF_KIND] = self.kind as u8;
-        b[OFF_FLAGS] = if self.ack.is_some() { FLAG_ACK } else { 0 };
+        b[OFF_FLAGS] = match self.ack {
+            None => 0,
+            Some(AckInfo { dsack: None, .. }) => FLAG_ACK,
+            Some(AckInfo { dsack: Some(_), .. }) => FLAG_ACK | FLAG_DSACK,
+        };
         b[OFF_TAG] = self.tag;
         let ack = self.ack.unwrap_or_default();
         put_split(b, OFF_SEQ, OFF_SEQ_EPOCH, self.seq);
@@ -172,7 +181,7 @@ impl Header {
         put16(b, OFF_PAYLOAD_LEN, self.payload_len);
         put_split(b, OFF_SND_NEXT, OFF_SND_NEXT_EPOCH, ack.snd_next);
         put32(b, OFF_SACK, ack.sack);
-        put16(b, OFF_RESERVED0, 0);
+        put16(b, OFF_DSACK, ack.dsack.unwrap_or(0));
         if n >= MSG_LEN {
             put32(b, OFF_ID, self.id);
             put32(b, OFF_TOTAL, self.total);
@@ -198,7 +207,7 @@ pub fn parse(dg: &[u8]) -> Result<(Header, core::ops::Range<usize>), ParseError>
     }
     let kind = Kind::from_u8(dg[OFF_KIND]).ok_or(ParseError::Kind)?;
     let flags = dg[OFF_FLAGS];
-    if flags & !FLAG_ACK != 0 {
+    if flags & !(FLAG_ACK | FLAG_DSACK) != 0 || flags == FLAG_DSACK {
         return Err(ParseError::Flags);
     }
     let hl = kind.header_len();
@@ -211,7 +220,8 @@ pub fn parse(dg: &[u8]) -> Result<(Header, core::ops::Range<usize>), ParseError>
     let cum = get_split(dg, OFF_ACK, OFF_ACK_EPOCH);
     let sack = get32(dg, OFF_SACK);
     let snd_next = get_split(dg, OFF_SND_NEXT, OFF_SND_NEXT_EPOCH);
-    if get16(dg, OFF_RESERVED0) != 0 {
+    let dsack = get16(dg, OFF_DSACK);
+    if flags & FLAG_DSACK == 0 && dsack != 0 {
         return Err(ParseError::Reserved);
     }
     h.ack = if flags & FLAG_ACK != 0 {
@@ -219,6 +229,7 @@ pub fn parse(dg: &[u8]) -> Result<(Header, core::ops::Range<usize>), ParseError>
             cum,
             sack,
             snd_next,
+            dsack: (flags & FLAG_DSACK != 0).then_some(dsack),
         })
     } else {
         if cum != 0 || sack != 0 || snd_next != 0 {

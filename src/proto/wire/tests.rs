@@ -7,6 +7,7 @@ pub(crate) fn samples() -> Vec<Vec<u8>> {
         cum: 0x0002_fffa,
         sack: 0xdead_beef,
         snd_next: 0x0001_10e1,
+        dsack: None,
     });
     let mk = |h: Header, payload: &[u8]| {
         let mut b = vec![0u8; h.header_len() + payload.len()];
@@ -15,7 +16,10 @@ pub(crate) fn samples() -> Vec<Vec<u8>> {
         b
     };
     let mut h = Header::new(Kind::Ack);
-    h.ack = ack;
+    h.ack = ack.map(|a| AckInfo {
+        dsack: Some(0xfff0),
+        ..a
+    });
     h.src = 7;
     h.key = 9;
     h.payload_len = 3;
@@ -115,11 +119,18 @@ fn field_rules() {
         parse(&b).is_err()
     };
     assert!(bad(s[1].clone(), OFF_VERSION, 1), "version 1 has no epochs");
-    assert!(bad(s[1].clone(), OFF_VERSION, 3));
+    assert!(bad(s[1].clone(), OFF_VERSION, 2), "version 2 has no D-SACK");
+    assert!(bad(s[1].clone(), OFF_VERSION, 4));
     assert!(bad(s[1].clone(), OFF_VERSION, 0));
-    // reserved bytes after the epochs
-    assert!(bad(s[1].clone(), OFF_RESERVED0, 1));
-    assert!(bad(s[1].clone(), OFF_RESERVED0 + 1, 0x80));
+    // the D-SACK bytes after the epochs: zero without the flag, the flag only beside ACK
+    assert!(bad(s[1].clone(), OFF_DSACK, 1));
+    assert!(bad(s[1].clone(), OFF_DSACK + 1, 0x80));
+    assert!(bad(s[2].clone(), OFF_FLAGS, FLAG_DSACK));
+    assert!(
+        !bad(s[1].clone(), OFF_FLAGS, FLAG_ACK | FLAG_DSACK),
+        "D-SACK of segment 0"
+    );
+    assert!(bad(s[1].clone(), OFF_FLAGS, 4));
     // epochs of ack fields must be zero without the ACK flag, the seq epoch zero for an Ack
     assert!(bad(s[2].clone(), OFF_ACK_EPOCH, 1));
     assert!(bad(s[2].clone(), OFF_SND_NEXT_EPOCH + 1, 1));
