@@ -8,7 +8,9 @@
 # Root only; when it cannot run it says why, prints `0 passed, 1 failed` and exits non-zero.
 #
 # Environment: HPCC_TIMEOUT=300 (seconds per run), HPCC_ONLY="clean loss1" (rows to run),
-#   HPCC_NP=4 over 2 hosts.
+#   HPCC_NP=4 over 2 hosts, HPCC_STRESS=1 adds rows under harsher faults (5 and 20 % loss,
+#   reordering, jitter, 5 % duplication and drops; about 3 minutes more), which HPCC_ONLY can
+#   also name.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -32,6 +34,15 @@ ROWS=(
     "vader|usnic,vader,self||"
     "tcp|tcp,self||"
 )
+STRESS_ROWS=(
+    "loss5|usnic,self|loss 5%|"
+    "loss20|usnic,self|loss 20%|"
+    "reorder|usnic,self|delay 300us reorder 25%|"
+    "jitter|usnic,self|delay 500us 400us|"
+    "dupdrop5|usnic,self||--mca btl_usnic_fault_send_dup 5 --mca btl_usnic_fault_send_drop 5 --mca btl_usnic_fault_seed 7"
+    "tcp-reorder|tcp,self|delay 300us reorder 25%|"
+)
+if [ "${HPCC_STRESS:-0}" = 1 ] || [ -n "${HPCC_ONLY:-}" ]; then ROWS+=("${STRESS_ROWS[@]}"); fi
 
 # HPL N=1000 on a 2x2 grid (the other kernels size themselves from it); ~15 s a run over usnic here.
 input() {
@@ -75,11 +86,13 @@ HPL.out      output file name (if any)
 EOF
 }
 
-# sum of the usnic ranks' final statistics: "T (timeout + fast) resent, D duplicates received"
+# sum of the usnic ranks' final statistics: "T (timeout + fast) resent, S reported needless,
+# D duplicates received"
 resends_of() {
     usnic_final_resends "$1" |
-        awk '{t += $1; f += $2; d += $3; n++} END {
-            if (n) printf "%d (%d + %d) resent, %d duplicates received", t + f, t, f, d; else print "-" }'
+        awk '{t += $1; f += $2; d += $3; s += $4; n++} END {
+            if (n) printf "%d (%d + %d) resent, %d reported needless, %d duplicates received", t + f, t, f, s, d
+            else print "-" }'
 }
 
 nc_prepare "$NH"

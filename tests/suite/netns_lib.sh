@@ -72,9 +72,10 @@ nc_btl_args() {
     esac
 }
 
-# One line "TIMEOUT FAST DUP" per final statistics line of the usnic BTL found in the given logs
-# (resends_timeout, resends_fast, dup_recvs); nothing when there is none.
+# One line "TIMEOUT FAST DUP SPURIOUS" per final statistics line of the usnic BTL found in the
+# given logs (resends_timeout, resends_fast, dup_recvs, spurious_resends); nothing when there
+# is none.
 usnic_final_resends() {
     grep -hE 'btl:usnic: stats \(final\) ' "$@" 2>/dev/null |
-        sed -nE 's/.* resends_timeout=([0-9]+) resends_fast=([0-9]+).* dup_recvs=([0-9]+) .*/\1 \2 \3/p'
+        sed -nE 's/.* resends_timeout=([0-9]+) resends_fast=([0-9]+).* dup_recvs=([0-9]+) .* spurious_resends=([0-9]+) .*/\1 \2 \3 \4/p'
 }
