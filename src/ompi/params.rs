@@ -156,7 +156,7 @@ pub const DEFAULT_PRIORITY_LIMIT: usize = 768;
 pub const DEFAULT_RNDV_EAGER_LIMIT: usize = 500;
 /// `btl_usnic_pack_lazy_threshold` when -1: copying 16 KiB costs about a microsecond, and
 /// below it the wait for an acknowledgement (a blocking send, Sendrecv) cost more than that
-/// (README, "Copy or read in place").
+/// (docs/levers.md, "Copy or read in place").
 pub const DEFAULT_PACK_LAZY_THRESHOLD: usize = crate::proto::DEFAULT_PROMPT_ACK_FROM;
 
 fn opt_string(name: &str, p: *const c_char) -> Result<Option<String>, ParamError> {
