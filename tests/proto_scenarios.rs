@@ -160,12 +160,7 @@ fn piggybacking_suppresses_the_standalone_ack() {
 #[test]
 fn one_loss_repaired_in_one_round_trip() {
     let mut p = pair();
-    for i in 0..10 {
-        p.a.submit_send(us(0), p.ab, 1, vec![i as u8; 1000], Cookie(i))
-            .unwrap();
-    }
-    let d = tx(&mut p.a, us(0), Channel::Data);
-    assert_eq!(d.len(), 10);
+    let d = send_n(&mut p, 10, 0);
     // The third datagram is lost; the others arrive at t=10 and every ACK B sends arrives
     // back at A 10 µs later (RTT 20 µs).
     for (i, x) in d.iter().enumerate() {
@@ -489,21 +484,22 @@ fn resends_per_pass_are_bounded() {
     let _ = t;
 }
 
-/// A submits 100 sends of 1000 bytes at `t` µs and transmits them all: the datagrams.
-fn send_window(p: &mut Pair, t: u64) -> Vec<Vec<u8>> {
-    for i in 0..100 {
-        p.a.submit_send(us(t), p.ab, 1, vec![0; 1000], Cookie(i))
+/// A submits `n` sends of 1000 bytes (send `i` filled with byte `i`, cookie `i`) at `t` µs and
+/// transmits them all: the datagrams, one per send.
+fn send_n(p: &mut Pair, n: u64, t: u64) -> Vec<Vec<u8>> {
+    for i in 0..n {
+        p.a.submit_send(us(t), p.ab, 1, vec![i as u8; 1000], Cookie(i))
             .unwrap();
     }
     let sent = tx(&mut p.a, us(t), Channel::Data);
-    assert_eq!(sent.len(), 100);
+    assert_eq!(sent.len(), n as usize);
     sent
 }
 
 #[test]
 fn a_timeout_probes_the_oldest_and_rearms_the_rest() {
     let mut p = pair();
-    let first = send_window(&mut p, 0);
+    let first = send_n(&mut p, 100, 0);
     // Nothing acknowledged by 5 ms: only the 8 oldest are resent, not the whole window.
     p.a.handle_timeout(us(5_000));
     let probes = tx(&mut p.a, us(5_000), Channel::Data);
@@ -1760,7 +1756,7 @@ fn a_spurious_timeout_does_not_make_fast_repair_resend_what_the_peer_is_still_re
     let mut p = pair_after_one_round_trip();
     // A window's worth leaves at once; B is descheduled and reads none of it before A's
     // retransmit timeout, which probes the 8 oldest.
-    let mut queue = send_window(&mut p, 100);
+    let mut queue = send_n(&mut p, 100, 100);
     let rto = p.a.poll_timeout().expect("a timer is armed");
     p.a.handle_timeout(rto);
     queue.extend(tx(&mut p.a, rto, Channel::Data));
@@ -1791,7 +1787,7 @@ fn a_spurious_timeout_does_not_make_fast_repair_resend_what_the_peer_is_still_re
 #[test]
 fn a_window_lost_whole_is_repaired_one_round_trip_after_the_probes() {
     let mut p = pair_after_one_round_trip();
-    send_window(&mut p, 100); // all lost
+    send_n(&mut p, 100, 100); // all lost
     let rto = p.a.poll_timeout().expect("a timer is armed");
     p.a.handle_timeout(rto);
     let probes = tx(&mut p.a, rto, Channel::Data);
@@ -1827,11 +1823,7 @@ fn a_window_lost_whole_is_repaired_one_round_trip_after_the_probes() {
 /// allowance is over, the original reaches B at +30 and the repair after it, as a duplicate,
 /// which B names in an ACK of its own. Returns how long after the ACK (+20) the repair was due.
 fn late_third(p: &mut Pair, t0: u64) -> u64 {
-    for i in 0..10 {
-        p.a.submit_send(us(t0), p.ab, 1, vec![i as u8; 1000], Cookie(i))
-            .unwrap();
-    }
-    let d = tx(&mut p.a, us(t0), Channel::Data);
+    let d = send_n(p, 10, t0);
     for (i, x) in d.iter().enumerate() {
         if i != 2 {
             p.b.handle_datagram(us(t0 + 10), Channel::Data, x);
@@ -1880,11 +1872,7 @@ fn a_repair_reported_needless_makes_the_next_one_wait_longer() {
 #[test]
 fn every_duplicate_is_named_by_an_ack_of_its_own() {
     let mut p = pair();
-    for i in 0..3 {
-        p.a.submit_send(us(0), p.ab, 1, vec![i as u8; 1000], Cookie(i))
-            .unwrap();
-    }
-    let d = tx(&mut p.a, us(0), Channel::Data);
+    let d = send_n(&mut p, 3, 0);
     for x in &d {
         p.b.handle_datagram(us(10), Channel::Data, x);
     }
