@@ -5,6 +5,9 @@
 //!    ns per data segment and per payload byte, both engines together (sender + receiver).
 //! 2. Goodput under 1% and 10% simulated loss as a fraction of lossless goodput, from the
 //!    deterministic simulator of the tests (64 KiB fragments, window 4096).
+//! 3. Only with `cargo bench --bench core -- sweep`: goodput over loss x window, with loss alone
+//!    and with reordering too, each cell the mean of 12 seeds (run it at two commits to compare a
+//!    loss-repair change; docs/wire.md §6 quotes it).
 
 #[path = "../tests/sim/mod.rs"]
 mod sim;
@@ -122,12 +125,57 @@ fn goodput(loss: f64) -> f64 {
     (n * len as u64 * 8) as f64 / s.now as f64
 }
 
+/// Mean goodput (Gb/s) and sender retransmissions of 150 x 64 KiB over 12 seeds.
+fn sweep_cell(link: &sim::Link, window: u16) -> (f64, u64) {
+    use sim::*;
+    let (n, len, seeds) = (150u64, 64usize << 10, 12u64);
+    let (mut gbps, mut resent) = (0.0, 0);
+    for seed in 1..=seeds {
+        let mut s = Sim::new(SimConfig::uniform(link.clone(), window), seed * 7919);
+        for id in 0..n {
+            s.send(0, id + 1, 1, len);
+        }
+        assert!(s.run(5_000_000, 60_000_000_000));
+        let st = s.nodes[0].eng.stats();
+        gbps += (n * len as u64 * 8) as f64 / s.now as f64;
+        resent += st.resends_fast + st.resends_timeout;
+    }
+    (gbps / seeds as f64, resent / seeds)
+}
+
+fn sweep() {
+    println!("simulated goodput, 150 x 64 KiB, 10 Gb/s NIC, 10 us one-way delay, mean of 12 seeds");
+    println!("reordering: 10 % of datagrams held back by up to 30 us");
+    println!(
+        "{:>12} {:>6} {:>7} {:>8} {:>8}",
+        "link", "loss", "window", "Gb/s", "resends"
+    );
+    for reorder in [false, true] {
+        for loss in [0.01, 0.10, 0.30] {
+            for window in [16u16, 31, 64, 256] {
+                let mut link = sim::Link::lossy(loss);
+                if reorder {
+                    link.reorder = 0.1;
+                    link.reorder_ns = 30_000;
+                }
+                let (g, r) = sweep_cell(&link, window);
+                let name = if reorder { "loss+reorder" } else { "loss" };
+                println!("{name:>12} {loss:>6.2} {window:>7} {g:>8.3} {r:>8}");
+            }
+        }
+    }
+}
+
 fn main() {
     // `cargo bench --bench core -- probe N`: only push N 8-byte and N 1 KiB fragments, to count
     // heap allocations with `valgrind --tool=dhat <bench binary> probe N`: the total is N*2
     // (the fragments' own Vecs, made by this harness) plus a constant, i.e. the core itself
     // allocates nothing per segment on the send/ACK path.
     let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a == "sweep") {
+        sweep();
+        return;
+    }
     if let Some(i) = args.iter().position(|a| a == "probe") {
         let n: usize = args
             .get(i + 1)
