@@ -114,31 +114,31 @@ fn cpu_ns() -> Option<u64> {
     s.split_whitespace().next()?.parse().ok()
 }
 
-fn goodput(loss: f64) -> f64 {
-    use sim::*;
-    let mut s = Sim::new(SimConfig::uniform(Link::lossy(loss), 4096), 0xbe4c);
-    let (n, len) = (300u64, 64usize << 10);
+/// Goodput (Gb/s of simulated time) and sender retransmissions of `n` 64 KiB fragments from
+/// one engine to the other, run to quiescence.
+fn goodput(link: sim::Link, window: u16, seed: u64, n: u64) -> (f64, u64) {
+    use sim::{Sim, SimConfig};
+    let len = 64usize << 10;
+    let mut s = Sim::new(SimConfig::uniform(link, window), seed);
     for id in 0..n {
         s.send(0, id + 1, 1, len);
     }
     assert!(s.run(10_000_000, 60_000_000_000));
-    (n * len as u64 * 8) as f64 / s.now as f64
+    let st = s.nodes[0].eng.stats();
+    (
+        (n * len as u64 * 8) as f64 / s.now as f64,
+        st.resends_fast + st.resends_timeout,
+    )
 }
 
 /// Mean goodput (Gb/s) and sender retransmissions of 150 x 64 KiB over 12 seeds.
 fn sweep_cell(link: &sim::Link, window: u16) -> (f64, u64) {
-    use sim::*;
-    let (n, len, seeds) = (150u64, 64usize << 10, 12u64);
+    let seeds = 12u64;
     let (mut gbps, mut resent) = (0.0, 0);
     for seed in 1..=seeds {
-        let mut s = Sim::new(SimConfig::uniform(link.clone(), window), seed * 7919);
-        for id in 0..n {
-            s.send(0, id + 1, 1, len);
-        }
-        assert!(s.run(5_000_000, 60_000_000_000));
-        let st = s.nodes[0].eng.stats();
-        gbps += (n * len as u64 * 8) as f64 / s.now as f64;
-        resent += st.resends_fast + st.resends_timeout;
+        let (g, r) = goodput(link.clone(), window, seed * 7919, 150);
+        gbps += g;
+        resent += r;
     }
     (gbps / seeds as f64, resent / seeds)
 }
@@ -217,10 +217,11 @@ fn main() {
     }
     println!();
     println!("simulated goodput, 300 x 64 KiB, window 4096, 10 Gb/s NIC, 10 us one-way delay");
-    let base = goodput(0.0);
+    let lossy = |loss| goodput(sim::Link::lossy(loss), 4096, 0xbe4c, 300).0;
+    let base = lossy(0.0);
     println!("  lossless: {base:.3} Gb/s");
     for loss in [0.01, 0.10] {
-        let g = goodput(loss);
+        let g = lossy(loss);
         println!(
             "  {:>4.0}% loss: {g:.3} Gb/s = {:.3} of lossless",
             loss * 100.0,
