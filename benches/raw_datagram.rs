@@ -593,8 +593,17 @@ fn phases(mtu: usize) -> Vec<(usize, Vec<usize>)> {
     v
 }
 
+/// The floor is libfabric's own send, one call per datagram: the BTL's batched sends
+/// (`btl_usnic_gso`) are off here.
+fn raw_config() -> FabricConfig {
+    FabricConfig {
+        gso: false,
+        ..Default::default()
+    }
+}
+
 fn default_device() -> (DeviceInfo, FabricConfig) {
-    let cfg = FabricConfig::default();
+    let cfg = raw_config();
     let dev = discover(&cfg)
         .expect("discover")
         .into_iter()
@@ -823,14 +832,14 @@ fn main() {
     println!(
         "raw libfabric datagram floor (udp provider, no reliability), {iters} ping-pongs per row"
     );
-    let default = FabricConfig::default();
+    let default = raw_config();
     match discover(&default).expect("discover").into_iter().next() {
         Some(dev) => bench_device("BTL default device", &dev, &default, iters),
         None => println!("(no non-loopback interface: skipping the BTL default device)"),
     }
     let lo = FabricConfig {
         if_include: parse_if_list("lo").expect("lo"),
-        ..Default::default()
+        ..raw_config()
     };
     let dev = discover(&lo)
         .expect("discover")

@@ -12,7 +12,8 @@
 use std::env;
 use std::path::PathBuf;
 
-/// The wrapper header: the public libfabric headers the fabric edge uses, nothing else.
+/// The wrapper header: the public libfabric headers the fabric edge uses, and `<netinet/udp.h>`
+/// for the two constants of batched sends on the udp provider's socket.
 const WRAPPER: &str = r#"
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
@@ -20,6 +21,7 @@ const WRAPPER: &str = r#"
 #include <rdma/fi_cm.h>
 #include <rdma/fi_eq.h>
 #include <rdma/fi_errno.h>
+#include <netinet/udp.h>
 "#;
 
 pub fn generate() {
@@ -32,6 +34,8 @@ pub fn generate() {
         .allowlist_function("fi_(getinfo|freeinfo|dupinfo|fabric|strerror|version)")
         .allowlist_type("fi_.*|fid_.*|fid")
         .allowlist_var("FI_.*")
+        // For the udp provider's socket: batches sent with generic segmentation (fabric/gso.rs).
+        .allowlist_var("SOL_UDP|UDP_SEGMENT")
         // Static inline functions are reached through the ops tables, not as symbols.
         .generate_inline_functions(false)
         .layout_tests(true)

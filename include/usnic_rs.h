@@ -53,6 +53,7 @@ typedef struct {
   int lent_hold;
   int lent_copy_limit;
   char *rdma;
+  bool gso;
   /*
    Fault injector (hidden, level 9): seed, percentages 0..100, delay.
    */

@@ -29,9 +29,48 @@ fn pattern(n: usize, seed: u8) -> Vec<u8> {
 }
 
 fn send(m: &mut Module, ch: Channel, to: &PeerAddr, data: &[u8]) {
+    let _ = post(m, ch, to, data);
+    m.flush_sends(ch).expect("flush_sends");
+}
+
+/// `send` without the flush that ends a transmit pass: a batched datagram may wait.
+fn post(m: &mut Module, ch: Channel, to: &PeerAddr, data: &[u8]) -> Posted {
     let (id, buf) = m.tx_buffer(ch).expect("free send buffer");
     buf[..data.len()].copy_from_slice(data);
-    let _ = m.post_send(ch, id, data.len(), to).expect("post_send");
+    m.post_send(ch, id, data.len(), to).expect("post_send")
+}
+
+/// Polls until `want.len()` datagrams arrived on `ch` (bounded), and checks them in order.
+fn expect_datagrams(m: &mut Module, ch: Channel, want: &[Vec<u8>]) {
+    let mut got = Vec::new();
+    let mut out = Vec::new();
+    for _ in 0..200_000 {
+        if got.len() >= want.len() {
+            break;
+        }
+        out.clear();
+        m.poll(ch, 64, &mut out).unwrap();
+        for c in &out {
+            match *c {
+                Completion::Recv { buf, len } => {
+                    got.push(m.rx_bytes(ch, buf, len).to_vec());
+                    m.repost(ch, buf);
+                }
+                Completion::SendDone { .. } => {}
+                ref e => panic!("{e:?}"),
+            }
+        }
+        m.flush_reposts().unwrap();
+    }
+    assert_eq!(got.len(), want.len(), "datagrams on {ch:?}");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert!(
+            g == w,
+            "datagram {i} on {ch:?}: {} bytes, want {}",
+            g.len(),
+            w.len()
+        );
+    }
 }
 
 /// Polls `m` until one receive (or error) completion of `ch` arrives; send completions are
@@ -488,8 +527,14 @@ fn gathered_send_arrives_as_one_datagram() {
         let (id, buf) = a.tx_buffer(Channel::Data).unwrap();
         buf[..head].copy_from_slice(&d[..head]);
         let body = [&d[head..head + p], &d[head + p..]];
-        a.post_send_gather(Channel::Data, id, head, body, &to_b)
+        let posted = a
+            .post_send_gather(Channel::Data, id, head, body, &to_b)
             .expect("post_send_gather");
+        assert_eq!(
+            posted,
+            Posted::Pending,
+            "65507-byte datagrams are not batched"
+        );
         expect_datagram(&mut b, Channel::Data, &d);
     }
     // One byte over the MTU is refused before libfabric, and the buffer stays the caller's.
@@ -543,4 +588,102 @@ fn poll_first_stops_at_the_first_datagram_and_poll_drains_the_rest() {
     b.poll(Channel::Priority, 8, &mut out).unwrap();
     assert_eq!(recvs(&out), 2, "poll drains the two left: {out:?}");
     drain_sends(&mut a);
+}
+
+/// A data channel of 1472-byte datagrams (as across hosts at MTU 1500) on `lo`.
+fn lo_1472(gso: bool) -> (FabricConfig, DeviceInfo) {
+    let cfg = FabricConfig {
+        mtu_cap: 1472,
+        gso,
+        ..lo_cfg()
+    };
+    let dev = lo(&cfg);
+    (cfg, dev)
+}
+
+#[test]
+fn runs_of_full_datagrams_leave_in_one_send_and_arrive_one_by_one() {
+    let (cfg, dev) = lo_1472(true);
+    let mut a = Module::open(&dev, &cfg).unwrap();
+    let mut b = Module::open(&dev, &cfg).unwrap();
+    let mut c = Module::open(&dev, &cfg).unwrap();
+    let to_b = a.insert_peer(&b.local_address()).unwrap();
+    let to_c = a.insert_peer(&c.local_address()).unwrap();
+    let room = a.batch_room(Channel::Data);
+    assert_eq!(room, 44, "65507 / 1472 datagrams per send");
+    assert_eq!(
+        a.batch_room(Channel::Priority),
+        0,
+        "tiny datagrams are not batched"
+    );
+    // 50 full datagrams to b (a full batch of 44, then 6), a short one that closes the
+    // second batch, then 3 full ones to c.
+    let to_b_data: Vec<Vec<u8>> = (0..50)
+        .map(|i| pattern(1472, i as u8))
+        .chain([pattern(100, 99)])
+        .collect();
+    for d in &to_b_data {
+        let posted = post(&mut a, Channel::Data, &to_b, d);
+        assert_eq!(posted, Posted::Done, "the buffer is free once copied");
+    }
+    assert_eq!(
+        a.batch_stats(Channel::Data),
+        (2, 51),
+        "sent when full and when closed"
+    );
+    let to_c_data: Vec<Vec<u8>> = (0..3).map(|i| pattern(1472, 200 + i as u8)).collect();
+    for d in &to_c_data {
+        let _ = post(&mut a, Channel::Data, &to_c, d);
+    }
+    assert_eq!(
+        a.batch_stats(Channel::Data),
+        (2, 51),
+        "waits for the end of the pass"
+    );
+    a.flush_sends(Channel::Data).unwrap();
+    assert_eq!(a.batch_stats(Channel::Data), (3, 54));
+    assert_eq!(a.tx_available(Channel::Data), a.tx_capacity(Channel::Data));
+    expect_datagrams(&mut b, Channel::Data, &to_b_data);
+    expect_datagrams(&mut c, Channel::Data, &to_c_data);
+}
+
+#[test]
+fn a_run_to_another_peer_sends_the_batch_first() {
+    let (cfg, dev) = lo_1472(true);
+    let mut a = Module::open(&dev, &cfg).unwrap();
+    let mut b = Module::open(&dev, &cfg).unwrap();
+    let mut c = Module::open(&dev, &cfg).unwrap();
+    let to_b = a.insert_peer(&b.local_address()).unwrap();
+    let to_c = a.insert_peer(&c.local_address()).unwrap();
+    let (x, y, z) = (pattern(1472, 1), pattern(1472, 2), pattern(1472, 3));
+    let _ = post(&mut a, Channel::Data, &to_b, &x);
+    let _ = post(&mut a, Channel::Data, &to_b, &y);
+    let _ = post(&mut a, Channel::Data, &to_c, &z);
+    assert_eq!(
+        a.batch_stats(Channel::Data),
+        (1, 2),
+        "b's two went when c's came"
+    );
+    expect_datagrams(&mut b, Channel::Data, &[x, y]);
+    a.flush_sends(Channel::Data).unwrap();
+    assert_eq!(
+        a.batch_stats(Channel::Data),
+        (1, 2),
+        "a lone datagram is no batch"
+    );
+    expect_datagram(&mut c, Channel::Data, &z);
+}
+
+#[test]
+fn without_gso_every_datagram_is_its_own_send() {
+    let (cfg, dev) = lo_1472(false);
+    let mut a = Module::open(&dev, &cfg).unwrap();
+    let mut b = Module::open(&dev, &cfg).unwrap();
+    let to_b = a.insert_peer(&b.local_address()).unwrap();
+    assert_eq!(a.batch_room(Channel::Data), 0);
+    let d = pattern(1472, 7);
+    send(&mut a, Channel::Data, &to_b, &d);
+    expect_datagram(&mut b, Channel::Data, &d);
+    a.flush_sends(Channel::Data).unwrap();
+    assert_eq!(a.batch_stats(Channel::Data), (0, 0));
 }

@@ -3,10 +3,20 @@
 use super::bufpool::Slab;
 use super::error::{check, strerror, FabricError};
 use super::fid::Fid;
+use super::gso::{Batch, Dest, FlushError};
 use super::info::OwnedInfo;
 use super::module::{BufId, Completion, Op, Posted};
 use super::sys;
 use std::os::raw::c_void;
+
+/// What the edge does with the endpoint's socket (`udp` provider only: others have none).
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct SocketUse {
+    /// Size its buffers (`sockbuf.rs`).
+    pub tune: bool,
+    /// Batch sends (`gso.rs`).
+    pub batch: bool,
+}
 
 /// Queue sizes and datagram size of one channel.
 #[derive(Copy, Clone, Debug)]
@@ -84,6 +94,8 @@ pub(crate) struct ChannelRes {
     pub(crate) name: libc::sockaddr_in,
     /// (SO_RCVBUF, SO_SNDBUF) of the endpoint's socket after sizing (udp provider only).
     pub(crate) socket_buffers: Option<(usize, usize)>,
+    /// Datagrams waiting to leave together in one system call (udp provider, `gso.rs`).
+    batch: Option<Batch>,
     tx_free: Vec<u32>,
     tx_state: Vec<TxState>,
     rx_state: Vec<RxState>,
@@ -102,7 +114,7 @@ impl ChannelRes {
         sizes: Sizes,
         need_mr: bool,
         prefix: usize,
-        tune_socket: bool,
+        socket_use: SocketUse,
     ) -> Result<ChannelRes, FabricError> {
         let mut attr = sys::fi_cq_attr {
             size: sizes.cq,
@@ -165,11 +177,18 @@ impl ChannelRes {
             ));
         }
 
-        let socket_buffers = if tune_socket {
-            super::sockbuf::size_for(&name, sizes.mtu, sizes.sd, sizes.rd)
+        let socket = if socket_use.tune {
+            super::sockbuf::find_socket(&name)
         } else {
             None
         };
+        let socket_buffers =
+            socket.and_then(|fd| super::sockbuf::size_for(fd, sizes.mtu, sizes.sd, sizes.rd));
+        // The batch is built from our own copies, so it needs neither a prefix nor
+        // registration; providers that ask for them get no socket here anyway.
+        let batch = socket
+            .filter(|_| socket_use.batch && prefix == 0 && !need_mr)
+            .and_then(|fd| Batch::new(fd, sizes.mtu));
 
         // Receive buffers get one spare byte: a datagram longer than the MTU fills it, which is
         // how an oversized (and, by the provider, silently truncated) datagram is detected.
@@ -216,6 +235,7 @@ impl ChannelRes {
             mtu: sizes.mtu,
             name,
             socket_buffers,
+            batch,
             tx_free: (0..sizes.sd as u32).rev().collect(),
             tx_state: vec![TxState::Free; sizes.sd],
             rx_state: vec![RxState::Queued; sizes.rd],
@@ -387,9 +407,106 @@ impl ChannelRes {
     }
 
     /// Whether `post_send_gather` may be used: the provider gathers three buffers, and needs no
-    /// registration (a body lies in memory we never registered).
+    /// registration (a body lies in memory we never registered); or sends are batched, which
+    /// copies the body into the batch.
     pub(crate) fn can_gather(&self) -> bool {
-        self.iov_limit >= 3 && self._mrs.is_empty()
+        (self.iov_limit >= 3 && self._mrs.is_empty()) || self.batch.is_some()
+    }
+
+    /// Whether sends go through the batch (`post_batched`).
+    pub(crate) fn batching(&self) -> bool {
+        self.batch.is_some()
+    }
+
+    /// Datagrams one batched send carries at most (0: no batching).
+    pub(crate) fn batch_room(&self) -> usize {
+        self.batch.as_ref().map_or(0, |b| b.room())
+    }
+
+    /// (batched sends, datagrams they carried).
+    pub(crate) fn batch_stats(&self) -> (u64, u64) {
+        self.batch
+            .as_ref()
+            .map_or((0, 0), |b| (b.batches, b.batched))
+    }
+
+    /// Copies the first `len` bytes of lent send buffer `buf` and `body` into the batch for
+    /// `to`, and frees the buffer (`Posted::Done`). A batch for another peer, a full one or one
+    /// ended by a short datagram is sent first; if that finds the socket full, nothing is taken
+    /// and the caller keeps `buf` (`-FI_EAGAIN`). Only where `batching`.
+    pub(crate) fn post_batched(
+        &mut self,
+        buf: BufId,
+        len: usize,
+        body: [&[u8]; 2],
+        to: Dest,
+        fi_addr: sys::fi_addr_t,
+    ) -> Result<Posted, FabricError> {
+        let i = self.checked_tx(buf, len)?;
+        let total = len + body[0].len() + body[1].len();
+        if total > self.mtu {
+            return Err(FabricError {
+                call: "post_send",
+                code: sys::FI_EMSGSIZE as i32,
+                message: format!("datagram of {total} bytes (MTU {})", self.mtu),
+            });
+        }
+        if self.batch.as_ref().is_some_and(|b| b.must_flush_for(to)) {
+            self.flush_sends()?;
+        }
+        let Some(batch) = self.batch.as_mut() else {
+            // Batching stopped during that flush (the route cannot segment).
+            return if body.iter().all(|b| b.is_empty()) {
+                self.post_send(buf, len, fi_addr)
+            } else {
+                self.post_send_gather(buf, len, body, fi_addr)
+            };
+        };
+        // SAFETY: buffer i is lent (checked_tx): nothing else reads or writes it, and
+        // prefix (0 when batching) + len <= its size.
+        let head = unsafe { std::slice::from_raw_parts(self.tx.at(i), len) };
+        let complete = batch.push(to, [head, body[0], body[1]]);
+        self.tx_state[i] = TxState::Free;
+        self.tx_free.push(i as u32);
+        if complete {
+            match self.flush_sends() {
+                // Kept in the batch: the next flush sends it.
+                Err(e) if e.is_would_block() => {}
+                Err(e) => tracing::debug!("{e}"),
+                Ok(()) => {}
+            }
+        }
+        Ok(Posted::Done)
+    }
+
+    /// Sends what waits in the batch. `-FI_EAGAIN`: the socket is full and the batch stays
+    /// for the next call; any other error: its datagrams are lost like on a wire.
+    pub(crate) fn flush_sends(&mut self) -> Result<(), FabricError> {
+        let Some(batch) = self.batch.as_mut() else {
+            return Ok(());
+        };
+        let n = batch.len();
+        match batch.flush() {
+            Ok(()) => Ok(()),
+            Err(FlushError::WouldBlock) => Err(FabricError::from_ret(
+                "sendmsg(UDP_SEGMENT)",
+                -(sys::FI_EAGAIN as i64),
+            )),
+            Err(FlushError::Lost(e)) => Err(FabricError::with_detail(
+                "sendmsg(UDP_SEGMENT)",
+                -i64::from(e),
+                format_args!("{n} datagrams lost"),
+            )),
+            Err(FlushError::Unsupported(e)) => {
+                tracing::info!(
+                    "usnic: sending datagrams one per system call from now on: the kernel \
+                     cannot segment them on this route ({})",
+                    super::error::strerror(e)
+                );
+                self.batch = None;
+                Ok(())
+            }
+        }
     }
 
     /// `fi_sendv` of the first `len` bytes of lent send buffer `buf` followed by `body`, as one
@@ -400,7 +517,7 @@ impl ChannelRes {
         len: usize,
         body: [&[u8]; 2],
         to: sys::fi_addr_t,
-    ) -> Result<(), FabricError> {
+    ) -> Result<Posted, FabricError> {
         let i = self.checked_tx(buf, len)?;
         let total = len + body[0].len() + body[1].len();
         if total > self.mtu || !self.can_gather() {
@@ -441,6 +558,7 @@ impl ChannelRes {
             )
         };
         self.posted(i, ret, "fi_sendv", total, to)
+            .map(|()| Posted::Pending)
     }
 
     /// Fault injector: keep lent buffer `i` out of the free list as if it were in flight.

@@ -31,6 +31,9 @@ pub struct FabricConfig {
     /// Keep loopback interfaces (`lo`) even when `if_include` does not name them. Default false:
     /// same-host peers reach each other through any interface address anyway.
     pub include_loopback: bool,
+    /// Send runs of full data-channel datagrams to one peer with one system call (`udp`
+    /// provider, `UDP_SEGMENT`; `gso.rs`). Default true.
+    pub gso: bool,
 }
 
 impl Default for FabricConfig {
@@ -48,6 +51,7 @@ impl Default for FabricConfig {
             prio_rd_num: -1,
             cq_num: -1,
             include_loopback: false,
+            gso: true,
         }
     }
 }

@@ -17,6 +17,9 @@
 //! - Send: [`Module::tx_buffer`] lends a buffer, [`Module::post_send`] sends it; any error
 //!   (including `-FI_EAGAIN`, [`FabricError::is_would_block`]) leaves it with the caller, who
 //!   retries or gives it back with [`Module::release_tx`]. Its [`Completion::SendDone`] frees it.
+//!   Where the data channel batches (`udp` with datagrams small enough that two share one
+//!   send, `gso.rs`), `post_send` copies the datagram into the batch and frees the buffer at
+//!   once; [`Module::flush_sends`] ends a transmit pass by sending what waits.
 //! - Receive: [`Module::poll`] yields [`Completion::Recv`]; the bytes are read in place
 //!   ([`Module::rx_bytes`], or [`Module::rx_ptr`] for the PML, stable while the module lives)
 //!   and the buffer goes back with [`Module::repost`], posted in batches (`FI_MORE` on all
@@ -67,6 +70,10 @@
 //!   edge raises `SO_RCVBUF`/`SO_SNDBUF` of the endpoint sockets to hold rd / sd datagrams
 //!   (capped by the kernel at `rmem_max`/`wmem_max`), see `sockbuf.rs` and
 //!   [`Module::socket_buffers`].
+//! - Batched sends: the provider's sockets are plain UDP sockets, so the edge sends runs of full
+//!   data-channel datagrams to one peer with one `sendmsg` and `UDP_SEGMENT` on the data
+//!   endpoint's socket (found like the buffers above; `gso.rs`). Across two netns hosts at MTU
+//!   1500, `bench_bw` at 1 MiB went from 259 to 1082 MB/s with it (2026-11-23).
 //! - The provider's AV insert does not probe reachability; unreachable peers show up as
 //!   `fi_send` errors (`ENETUNREACH`, ...) or as silent loss.
 //! - Buffer memory: with 65507-byte datagrams on `lo` a data channel holds 1024 × 64 KiB of
@@ -79,6 +86,7 @@ pub(crate) mod device;
 mod error;
 mod fault;
 mod fid;
+mod gso;
 mod iflist;
 mod info;
 mod module;

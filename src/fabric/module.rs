@@ -1,10 +1,11 @@
 //! `Module`: one device opened: fabric, domain, AV and the two channels.
-use super::channel::{ChannelRes, Sizes};
+use super::channel::{ChannelRes, Sizes, SocketUse};
 use super::config::FabricConfig;
 use super::device::DeviceInfo;
 use super::error::{check, FabricError};
 use super::fault::{FaultConfig, FaultStats, Faults};
 use super::fid::Fid;
+use super::gso::Dest;
 use super::sys;
 use crate::proto::Channel;
 use std::net::Ipv4Addr;
@@ -21,6 +22,8 @@ pub struct BufId(pub u32);
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct PeerAddr {
     pub(crate) addr: [u64; 2],
+    /// The same endpoints as socket addresses, for batched sends.
+    pub(crate) dest: [Dest; 2],
 }
 
 impl PeerAddr {
@@ -286,8 +289,19 @@ impl Module {
             .ok_or_else(|| FabricError::invalid("fi_av_open", "returned NULL"))?;
 
         let udp = dev.provider == "udp";
-        let priority = ChannelRes::open(&domain, &av, &owned, prio, need_mr, prefix, udp)?;
-        let data = ChannelRes::open(&domain, &av, &owned, data, need_mr, prefix, udp)?;
+        // Tiny datagrams gain nothing from batching; runs of full ones do.
+        let (tiny, bulk) = (
+            SocketUse {
+                tune: udp,
+                batch: false,
+            },
+            SocketUse {
+                tune: udp,
+                batch: udp && cfg.gso,
+            },
+        );
+        let priority = ChannelRes::open(&domain, &av, &owned, prio, need_mr, prefix, tiny)?;
+        let data = ChannelRes::open(&domain, &av, &owned, data, need_mr, prefix, bulk)?;
         let ipv4 = Ipv4Addr::from(u32::from_be(data.name.sin_addr.s_addr));
         tracing::debug!(
             "usnic module {} {ipv4}: priority port {} (mtu {prio_mtu}, sd {prio_sd}, rd {prio_rd}), data port {} (mtu {data_mtu}, sd {sd}, rd {rd}), mr {need_mr}, prefix {prefix}",
@@ -413,7 +427,11 @@ impl Module {
         let ret =
             unsafe { sys::av_insert(self.av.ptr(), addrs.as_ptr().cast(), 2, out.as_mut_ptr(), 0) };
         if ret == 2 && !out.contains(&sys::FI_ADDR_NOTAVAIL_) {
-            return Ok(PeerAddr { addr: out });
+            let dest = addrs.map(|a| Dest {
+                ip: a.sin_addr.s_addr,
+                port: a.sin_port,
+            });
+            return Ok(PeerAddr { addr: out, dest });
         }
         let mut inserted: Vec<u64> = out
             .iter()
@@ -489,7 +507,11 @@ impl Module {
                 )
                 .map(|()| Posted::Pending);
         }
-        self.channels[ch(c)].post_send(buf, len, to.fi_addr(c))
+        let res = &mut self.channels[ch(c)];
+        if res.batching() {
+            return res.post_batched(buf, len, [&[], &[]], to.dest[ch(c)], to.fi_addr(c));
+        }
+        res.post_send(buf, len, to.fi_addr(c))
     }
 
     /// Whether `post_send_gather` works on channel `c`: the provider gathers, needs no
@@ -499,8 +521,9 @@ impl Module {
     }
 
     /// `post_send` of the first `len` bytes of `buf` followed by `body`, without copying the
-    /// body (sent before this returns); only where `can_gather(c)`, else refused with
-    /// `FI_EMSGSIZE` like a datagram longer than the MTU. Same `Err` contract as `post_send`.
+    /// body into `buf` (sent or copied into the batch before this returns); only where
+    /// `can_gather(c)`, else refused with `FI_EMSGSIZE` like a datagram longer than the MTU.
+    /// Same `Ok` and `Err` contract as `post_send`.
     pub fn post_send_gather(
         &mut self,
         c: Channel,
@@ -508,14 +531,41 @@ impl Module {
         len: usize,
         body: [&[u8]; 2],
         to: &PeerAddr,
-    ) -> Result<(), FabricError> {
+    ) -> Result<Posted, FabricError> {
         if self.faults.is_some() {
             return Err(FabricError::invalid(
                 "post_send_gather",
                 "not with the fault injector set",
             ));
         }
-        self.channels[ch(c)].post_send_gather(buf, len, body, to.fi_addr(c))
+        let res = &mut self.channels[ch(c)];
+        if res.batching() {
+            return res.post_batched(buf, len, body, to.dest[ch(c)], to.fi_addr(c));
+        }
+        res.post_send_gather(buf, len, body, to.fi_addr(c))
+    }
+
+    /// Sends the datagrams `post_send` batched on channel `c` (runs of full datagrams to one
+    /// peer leave in one system call, `gso.rs`); call it when a transmit pass ends.
+    /// `-FI_EAGAIN`: the socket is full, they stay for the next call; any other error: they
+    /// are lost like on a wire (the protocol core repairs them).
+    pub fn flush_sends(&mut self, c: Channel) -> Result<(), FabricError> {
+        self.channels[ch(c)].flush_sends()
+    }
+
+    /// Datagrams one batched send of channel `c` carries at most; 0 when `c` does not batch
+    /// (another provider, `btl_usnic_gso` 0, a kernel without `UDP_SEGMENT`, datagrams too
+    /// large to pair, or the fault injector set).
+    pub fn batch_room(&self, c: Channel) -> usize {
+        if self.faults.is_some() {
+            return 0;
+        }
+        self.channels[ch(c)].batch_room()
+    }
+
+    /// (batched sends, datagrams they carried) of channel `c` so far.
+    pub fn batch_stats(&self, c: Channel) -> (u64, u64) {
+        self.channels[ch(c)].batch_stats()
     }
 
     /// Inject faults from now on (see `fault.rs` for the exact semantics); an all-zero

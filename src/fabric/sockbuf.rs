@@ -98,15 +98,9 @@ fn grow(fd: RawFd, opt: i32, want: usize) -> Option<usize> {
     get_int(fd, opt).map(|v| v as usize)
 }
 
-/// Sizes the socket of the endpoint bound to `name` for `rd` posted receives and `sd` sends of
-/// `mtu` bytes. Returns (SO_RCVBUF, SO_SNDBUF) as the kernel reports them, if the socket was found.
-pub(crate) fn size_for(
-    name: &libc::sockaddr_in,
-    mtu: usize,
-    sd: usize,
-    rd: usize,
-) -> Option<(usize, usize)> {
-    let fd = find_socket(name)?;
+/// Sizes the endpoint's socket `fd` for `rd` posted receives and `sd` sends of `mtu` bytes.
+/// Returns (SO_RCVBUF, SO_SNDBUF) as the kernel reports them.
+pub(crate) fn size_for(fd: RawFd, mtu: usize, sd: usize, rd: usize) -> Option<(usize, usize)> {
     let rcv = grow(fd, libc::SO_RCVBUF, rd.saturating_mul(charge(mtu)))?;
     let snd = grow(fd, libc::SO_SNDBUF, sd.saturating_mul(charge(mtu)))?;
     Some((rcv, snd))

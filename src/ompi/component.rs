@@ -112,6 +112,7 @@ fn fabric_config(s: &Settings) -> Result<FabricConfig, ParamError> {
         // 64 KiB instead of one per interface MTU (measured: about twice the goodput of eth0
         // between two ranks of one host). An explicit if_include decides alone.
         include_loopback: d.include_loopback || (s.same_node && s.if_include.is_none()),
+        gso: s.gso,
     })
 }
 
@@ -490,9 +491,11 @@ pub fn stats_line(
     for ((k, v), (_, b)) in core_counters(now).into_iter().zip(core_counters(base)) {
         let _ = write!(line, " {k}={}", v.saturating_sub(b));
     }
+    let (gso_sends, gso_datagrams) = st.fabric.batch_stats(Channel::Data);
     let _ = write!(
         line,
-        " oversize_recvs={} puts={} gets={} frags_live={}",
+        " oversize_recvs={} puts={} gets={} frags_live={} gso_sends={gso_sends} \
+         gso_datagrams={gso_datagrams}",
         st.oversize_recvs, st.puts, st.gets, st.frags.live
     );
     if faults {

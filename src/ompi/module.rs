@@ -439,41 +439,57 @@ impl ModuleState {
     /// Hand every datagram the core has ready to the fabric, while buffers and credits last.
     pub fn transmit(&mut self, now: Instant) {
         for ch in CHANNELS {
-            let ci = ch as usize;
-            if let Some((buf, len, peer)) = self.pending_tx[ci].take() {
-                if !self.send_one(ch, buf, len, peer) {
-                    continue;
-                }
+            self.transmit_channel(now, ch);
+            match self.fabric.flush_sends(ch) {
+                // Kept by the fabric for the next pass.
+                Err(e) if e.is_would_block() => {}
+                Err(e) => log::verbose(5, || format!("batched send on {ch:?} failed: {e}")),
+                Ok(()) => {}
             }
-            // Most progress calls have nothing to send: no send buffer taken and given back.
-            if !self.engine.wants_transmit(ch) {
-                continue;
+        }
+    }
+
+    fn transmit_channel(&mut self, now: Instant, ch: Channel) {
+        let ci = ch as usize;
+        if let Some((buf, len, peer)) = self.pending_tx[ci].take() {
+            if !self.send_one(ch, buf, len, peer) {
+                return;
             }
-            let gather_min = if self.fabric.can_gather(ch) {
-                GATHER_MIN
-            } else {
-                usize::MAX
+        }
+        // Most progress calls have nothing to send: no send buffer taken and given back.
+        if !self.engine.wants_transmit(ch) {
+            return;
+        }
+        let batch_room = self.fabric.batch_room(ch);
+        // A batch copies every payload once, from wherever it lies.
+        let gather_min = if batch_room > 0 {
+            1
+        } else if self.fabric.can_gather(ch) {
+            GATHER_MIN
+        } else {
+            usize::MAX
+        };
+        // A batched send costs the sending core about what one datagram did alone, so the
+        // burst counts system calls rather than datagrams.
+        let burst = if ch == Channel::Data && self.draining[ci] {
+            BURST_WHILE_RECEIVING * batch_room.max(1)
+        } else {
+            usize::MAX
+        };
+        for _ in 0..burst {
+            let Some((buf, bytes)) = self.fabric.tx_buffer(ch) else {
+                break;
             };
-            let burst = if ch == Channel::Data && self.draining[ch as usize] {
-                BURST_WHILE_RECEIVING
-            } else {
-                usize::MAX
+            let Some(t) = self.engine.poll_transmit_gather(now, ch, bytes, gather_min) else {
+                self.fabric.release_tx(ch, buf);
+                break;
             };
-            for _ in 0..burst {
-                let Some((buf, bytes)) = self.fabric.tx_buffer(ch) else {
-                    break;
-                };
-                let Some(t) = self.engine.poll_transmit_gather(now, ch, bytes, gather_min) else {
-                    self.fabric.release_tx(ch, buf);
-                    break;
-                };
-                let sent = match t.body {
-                    Some(body) => self.send_gathered(ch, buf, t.len, body, t.peer),
-                    None => self.send_one(ch, buf, t.len, t.peer),
-                };
-                if !sent {
-                    break;
-                }
+            let sent = match t.body {
+                Some(body) => self.send_gathered(ch, buf, t.len, body, t.peer),
+                None => self.send_one(ch, buf, t.len, t.peer),
+            };
+            if !sent {
+                break;
             }
         }
     }
@@ -515,10 +531,7 @@ impl ModuleState {
             return true;
         };
         let pieces = self.engine.body(&body);
-        let r = self
-            .fabric
-            .post_send_gather(ch, buf, len, pieces, &addr)
-            .map(|()| Posted::Pending);
+        let r = self.fabric.post_send_gather(ch, buf, len, pieces, &addr);
         if matches!(&r, Err(e) if e.is_would_block()) {
             // Kept for retry as a plain datagram: the body is valid only until the core
             // changes, so it is copied behind the header now.

@@ -1,0 +1,358 @@
+//! Runs of data-channel datagrams to one peer sent with one system call (UDP generic
+//! segmentation offload, `UDP_SEGMENT`, Linux 4.18).
+//!
+//! Across two netns hosts at MTU 1500 each 1472-byte datagram cost about 6 us of the sending
+//! core in the kernel (veth, bridge and the receiving stack run on the sender's core), which
+//! held the BTL near 0.25 GB/s while tcp moves 64 KiB segments. One `sendmsg` with a
+//! `UDP_SEGMENT` control message carries up to 44 such datagrams back to back and the kernel
+//! cuts them apart as late as it can. A Python sender between the two hosts measured 0.59 us
+//! of CPU per datagram this way against 6.33 us with one `sendto` each, and 2.51 us when the
+//! veth segments in software (`ethtool -K veth0 tx-udp-segmentation off`). Each datagram
+//! keeps its own header: the receiver sees the same datagrams as without batching.
+//!
+//! libfabric offers no such call, so the batch goes out on the `udp` provider's own socket
+//! (found by its bound address, as in `sockbuf.rs`): the peer sees the usual source address.
+use super::sys;
+use std::os::fd::RawFd;
+
+/// Largest UDP payload over IPv4, which bounds the whole batch.
+const MAX_BATCH_BYTES: usize = 65507;
+/// The kernel refuses more segments than this per send (`UDP_MAX_SEGMENTS`, 64 before 6.x).
+const MAX_SEGMENTS: usize = 64;
+
+/// Where a batch goes: IPv4 address and UDP port, both in network byte order.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Dest {
+    pub ip: u32,
+    pub port: u16,
+}
+
+impl Dest {
+    fn sockaddr(self) -> libc::sockaddr_in {
+        libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: self.port,
+            sin_addr: libc::in_addr { s_addr: self.ip },
+            sin_zero: [0; 8],
+        }
+    }
+}
+
+/// Why a flush did not send its batch.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum FlushError {
+    /// The socket's send buffer is full: the batch is kept, retry after progress.
+    WouldBlock,
+    /// The datagrams are lost (the protocol core repairs them); the errno says why.
+    Lost(i32),
+    /// The kernel cannot segment on this socket or route (errno): the batch went out one
+    /// datagram per send, and the channel should stop batching.
+    Unsupported(i32),
+}
+
+/// One channel's batch under construction.
+pub(crate) struct Batch {
+    fd: RawFd,
+    /// Size of every datagram of a batch but the last (the channel MTU).
+    seg: usize,
+    max_segs: usize,
+    bytes: Vec<u8>,
+    count: usize,
+    to: Option<Dest>,
+    /// The last datagram was shorter than `seg`: the kernel would take the next one as its
+    /// continuation, so nothing may follow it.
+    closed: bool,
+    /// Sends of more than one datagram, and the datagrams they carried.
+    pub batches: u64,
+    pub batched: u64,
+}
+
+impl Batch {
+    /// A batcher for the socket `fd` whose datagrams are at most `seg` bytes; `None` where it
+    /// would not pay (fewer than 2 datagrams fit a batch) or the kernel lacks `UDP_SEGMENT`.
+    pub(crate) fn new(fd: RawFd, seg: usize) -> Option<Batch> {
+        let max_segs = MAX_SEGMENTS.min(MAX_BATCH_BYTES / seg.max(1));
+        if max_segs < 2 || !supported(fd) {
+            return None;
+        }
+        Some(Batch {
+            fd,
+            seg,
+            max_segs,
+            bytes: Vec::with_capacity(seg * max_segs),
+            count: 0,
+            to: None,
+            closed: false,
+            batches: 0,
+            batched: 0,
+        })
+    }
+
+    /// Whether the batch must be flushed before a datagram to `to` joins it.
+    pub(crate) fn must_flush_for(&self, to: Dest) -> bool {
+        self.count > 0 && (self.closed || self.count == self.max_segs || self.to != Some(to))
+    }
+
+    /// Appends one datagram made of `pieces` (at most `seg` bytes together). The caller has
+    /// flushed first where `must_flush_for` said so. Returns true when the batch is complete
+    /// (full, or closed by a short datagram) and should be flushed now.
+    pub(crate) fn push(&mut self, to: Dest, pieces: [&[u8]; 3]) -> bool {
+        debug_assert!(!self.must_flush_for(to));
+        let len: usize = pieces.iter().map(|p| p.len()).sum();
+        debug_assert!(len <= self.seg);
+        for p in pieces {
+            self.bytes.extend_from_slice(p);
+        }
+        self.count += 1;
+        self.to = Some(to);
+        self.closed = len < self.seg;
+        self.closed || self.count == self.max_segs
+    }
+
+    /// Datagrams waiting in the batch.
+    pub(crate) fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Datagrams one send carries at most.
+    pub(crate) fn room(&self) -> usize {
+        self.max_segs
+    }
+
+    /// Sends the batch, if any. On `WouldBlock` it stays for the next flush; on `Lost` it is
+    /// gone.
+    pub(crate) fn flush(&mut self) -> Result<(), FlushError> {
+        let Some(to) = self.to else {
+            return Ok(());
+        };
+        if self.count == 0 {
+            return Ok(());
+        }
+        let r = send(
+            self.fd,
+            &self.bytes,
+            (self.count > 1).then_some(self.seg),
+            to,
+        );
+        match r {
+            Err(e) if e == libc::EAGAIN || e == libc::ENOBUFS => Err(FlushError::WouldBlock),
+            Err(e) if self.count > 1 && unsupported_here(e) => {
+                // The route cannot segment (a smaller path MTU, IPsec): one send per
+                // datagram still delivers this batch (any that fails is lost like on a wire).
+                for d in self.bytes.chunks(self.seg) {
+                    let _ = send(self.fd, d, None, to);
+                }
+                self.clear();
+                Err(FlushError::Unsupported(e))
+            }
+            Err(e) => {
+                self.clear();
+                Err(FlushError::Lost(e))
+            }
+            Ok(()) => {
+                if self.count > 1 {
+                    self.batches += 1;
+                    self.batched += self.count as u64;
+                }
+                self.clear();
+                Ok(())
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.count = 0;
+        self.closed = false;
+    }
+}
+
+/// Errors by which the kernel says this socket or route cannot segment: batching stops.
+pub(crate) fn unsupported_here(errno: i32) -> bool {
+    matches!(
+        errno,
+        libc::EINVAL | libc::EIO | libc::EOPNOTSUPP | libc::ENOPROTOOPT
+    )
+}
+
+/// Whether the kernel knows `UDP_SEGMENT` on this socket.
+fn supported(fd: RawFd) -> bool {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: v/len are a writable int and its size; a kernel without the option says
+    // ENOPROTOOPT.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            sys::SOL_UDP as libc::c_int,
+            sys::UDP_SEGMENT as libc::c_int,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    r == 0
+}
+
+/// One `sendmsg` of `bytes` to `to`, cut into datagrams of `seg` bytes by the kernel when
+/// `seg` is given. Returns the errno on failure.
+fn send(fd: RawFd, bytes: &[u8], seg: Option<usize>, to: Dest) -> Result<(), i32> {
+    let mut sa = to.sockaddr();
+    let mut iov = libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    };
+    // Room for one control message holding a u16, aligned as cmsghdr wants.
+    let mut control = [0u64; 4];
+    // SAFETY: msghdr is plain data; all-zero is valid.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = (&mut sa as *mut libc::sockaddr_in).cast();
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    if let Some(seg) = seg {
+        let size = std::mem::size_of::<u16>() as u32;
+        // SAFETY: CMSG_SPACE is a pure size computation.
+        let space = unsafe { libc::CMSG_SPACE(size) } as usize;
+        debug_assert!(space <= std::mem::size_of_val(&control));
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space;
+        // SAFETY: msg_control points at `space` zeroed, 8-aligned bytes, enough for one
+        // cmsghdr with a u16 (checked above), so CMSG_FIRSTHDR is that buffer and CMSG_DATA
+        // lies inside it.
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = sys::SOL_UDP as libc::c_int;
+            (*c).cmsg_type = sys::UDP_SEGMENT as libc::c_int;
+            (*c).cmsg_len = libc::CMSG_LEN(size) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg as u16);
+        }
+    }
+    // SAFETY: msg describes a valid address, one iovec over `bytes` (only read) and, if set,
+    // a control buffer that lives until the call returns; fd is the provider's socket, which
+    // outlives the endpoint that owns this batch.
+    let r = unsafe { libc::sendmsg(fd, &msg, 0) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::UdpSocket;
+    use std::os::fd::AsRawFd;
+
+    fn dest(s: &UdpSocket) -> Dest {
+        let std::net::SocketAddr::V4(a) = s.local_addr().unwrap() else {
+            panic!("not IPv4")
+        };
+        Dest {
+            ip: u32::from(*a.ip()).to_be(),
+            port: a.port().to_be(),
+        }
+    }
+
+    fn pair() -> (UdpSocket, UdpSocket) {
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        rx.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+            .unwrap();
+        (tx, rx)
+    }
+
+    #[test]
+    fn a_batch_arrives_as_the_datagrams_it_was_made_of() {
+        let (tx, rx) = pair();
+        let mut b = Batch::new(tx.as_raw_fd(), 1000).expect("UDP_SEGMENT on this kernel");
+        let to = dest(&rx);
+        for i in 0..5u8 {
+            let hdr = [i; 40];
+            let body = vec![i.wrapping_mul(7); 960];
+            let complete = b.push(to, [&hdr, &body, &[]]);
+            assert!(!complete);
+        }
+        assert!(
+            b.push(to, [&[9u8; 10], &[], &[]]),
+            "a short datagram closes it"
+        );
+        assert!(b.must_flush_for(to));
+        b.flush().unwrap();
+        assert_eq!((b.batches, b.batched, b.len()), (1, 6, 0));
+        let mut buf = [0u8; 2000];
+        for i in 0..5u8 {
+            let n = rx.recv(&mut buf).unwrap();
+            assert_eq!(n, 1000, "datagram {i}");
+            assert_eq!(&buf[..40], &[i; 40]);
+            assert!(buf[40..1000].iter().all(|&x| x == i.wrapping_mul(7)));
+        }
+        assert_eq!(rx.recv(&mut buf).unwrap(), 10);
+        assert_eq!(&buf[..10], &[9u8; 10]);
+    }
+
+    #[test]
+    fn another_peer_or_a_full_batch_needs_a_flush_first() {
+        let (tx, rx) = pair();
+        let (_, rx2) = pair();
+        let mut b = Batch::new(tx.as_raw_fd(), 30000).unwrap();
+        assert_eq!(b.max_segs, 2, "65507 bytes hold two datagrams of 30000");
+        let (to, other) = (dest(&rx), dest(&rx2));
+        assert!(!b.must_flush_for(to), "an empty batch takes anyone");
+        let d = vec![1u8; 30000];
+        assert!(!b.push(to, [&d, &[], &[]]));
+        assert!(b.must_flush_for(other));
+        assert!(!b.must_flush_for(to));
+        assert!(b.push(to, [&d, &[], &[]]), "full");
+        assert!(b.must_flush_for(to));
+        b.flush().unwrap();
+        let mut buf = vec![0u8; 65536];
+        assert_eq!(rx.recv(&mut buf).unwrap(), 30000);
+        assert_eq!(rx.recv(&mut buf).unwrap(), 30000);
+    }
+
+    #[test]
+    fn one_datagram_goes_without_segmentation_and_nothing_is_sent_twice() {
+        let (tx, rx) = pair();
+        let mut b = Batch::new(tx.as_raw_fd(), 1000).unwrap();
+        b.push(dest(&rx), [&[5u8; 1000], &[], &[]]);
+        b.flush().unwrap();
+        b.flush().unwrap();
+        assert_eq!(
+            (b.batches, b.batched),
+            (0, 0),
+            "a single datagram is no batch"
+        );
+        let mut buf = [0u8; 2000];
+        assert_eq!(rx.recv(&mut buf).unwrap(), 1000);
+        rx.set_read_timeout(Some(std::time::Duration::from_millis(100)))
+            .unwrap();
+        assert!(rx.recv(&mut buf).is_err(), "sent once only");
+    }
+
+    #[test]
+    fn datagrams_too_large_to_pair_get_no_batcher() {
+        let (tx, _) = pair();
+        assert!(Batch::new(tx.as_raw_fd(), 65507).is_none());
+        assert!(Batch::new(tx.as_raw_fd(), 40000).is_none());
+    }
+
+    #[test]
+    fn a_send_the_kernel_refuses_loses_the_batch_with_its_errno() {
+        let (tx, _) = pair();
+        let mut b = Batch::new(tx.as_raw_fd(), 1000).unwrap();
+        // Port 0 is not a destination.
+        let nowhere = Dest {
+            ip: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+            port: 0,
+        };
+        b.push(nowhere, [&[1u8; 1000], &[], &[]]);
+        b.push(nowhere, [&[1u8; 1000], &[], &[]]);
+        assert!(matches!(
+            b.flush(),
+            Err(FlushError::Lost(_) | FlushError::Unsupported(_))
+        ));
+        assert_eq!(b.len(), 0);
+    }
+}
