@@ -491,6 +491,9 @@ raw_stream_rep() {  # rep
         # Across namespaces: one process per host, so the datagrams cross veth and bridge as the
         # BTL's do (two threads in h1 would take the kernel's cheaper local path).
         run_job clean raw_stream raw_datagram "$1" 300 "$BENCH/raw-across-hosts.sh" "$NETNS_CLUSTER" "$ROOT/$RAW_EXE"
+        # The same with runs of datagrams sent in one system call, as the BTL does there.
+        run_job clean raw_stream_batched raw_datagram "$1" 300 env USNIC_RAW_GSO=1 \
+            "$BENCH/raw-across-hosts.sh" "$NETNS_CLUSTER" "$ROOT/$RAW_EXE"
         return
     fi
     local iters

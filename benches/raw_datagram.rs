@@ -541,6 +541,7 @@ fn duplex_blast(
                 sent += 1;
             }
         } else if ended_at.is_none() {
+            flush(m);
             say(m, to, &ctl(CTL_END, 0, &[]), &mut prio);
             ended_at = Some(now().0);
         }
@@ -602,8 +603,28 @@ fn raw_config() -> FabricConfig {
     }
 }
 
+/// Across hosts, `USNIC_RAW_GSO=1` sends the data channel's datagrams the way the BTL does
+/// (`btl_usnic_gso`: runs of full datagrams in one system call), for a second reference.
+fn batched() -> bool {
+    std::env::var("USNIC_RAW_GSO").is_ok_and(|v| v == "1")
+}
+
+/// Sends what the data channel batched (no-op without batching); a full socket is retried.
+fn flush(m: &mut Module) {
+    loop {
+        match m.flush_sends(Channel::Data) {
+            Err(e) if e.is_would_block() => thread::yield_now(),
+            Err(e) => panic!("{e}"),
+            Ok(()) => return,
+        }
+    }
+}
+
 fn default_device() -> (DeviceInfo, FabricConfig) {
-    let cfg = raw_config();
+    let cfg = FabricConfig {
+        gso: batched(),
+        ..raw_config()
+    };
     let dev = discover(&cfg)
         .expect("discover")
         .into_iter()
@@ -628,8 +649,15 @@ fn serve(addr_file: &str) {
     std::fs::write(&tmp, hex).expect("write the address file");
     std::fs::rename(&tmp, addr_file).expect("publish the address file");
     println!(
-        "== across hosts: {} {} (interface MTU {}, data datagram {data_mtu} B, priority {prio_mtu} B)",
-        dev.name, dev.ipv4, dev.if_mtu
+        "== across hosts: {} {} (interface MTU {}, data datagram {data_mtu} B, priority {prio_mtu} B{})",
+        dev.name,
+        dev.ipv4,
+        dev.if_mtu,
+        if batched() {
+            ", sends batched as btl_usnic_gso does"
+        } else {
+            ""
+        }
     );
     println!(
         "{:<34} {:>10} {:>10} {:>10}",
@@ -786,7 +814,12 @@ fn stream_to(addr_file: &str) {
                 lens[i as usize % lens.len()],
                 &mut out,
             );
+            // A message's datagrams leave together, as one transmit pass of the BTL's.
+            if lens.len() > 1 && (i as usize + 1) % lens.len() == 0 {
+                flush(&mut m);
+            }
         }
+        flush(&mut m);
         say(&mut m, &to, &ctl(CTL_END, phase as u32, &msg), &mut out);
         thread::sleep(std::time::Duration::from_millis(300));
     }
