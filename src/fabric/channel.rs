@@ -414,6 +414,7 @@ impl ChannelRes {
     }
 
     /// Whether sends go through the batch (`post_batched`).
+    #[inline]
     pub(crate) fn batching(&self) -> bool {
         self.batch.is_some()
     }

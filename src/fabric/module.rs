@@ -553,6 +553,13 @@ impl Module {
         self.channels[ch(c)].flush_sends()
     }
 
+    /// Whether channel `c` may hold a batch for `flush_sends` (checked before calling it: on
+    /// `lo` the call and its `Result` cost 160 instructions per ping-pong message).
+    #[inline]
+    pub fn has_batch(&self, c: Channel) -> bool {
+        self.channels[ch(c)].batching()
+    }
+
     /// Datagrams one batched send of channel `c` carries at most; 0 when `c` does not batch
     /// (another provider, `btl_usnic_gso` 0, a kernel without `UDP_SEGMENT`, datagrams too
     /// large to pair, or the fault injector set).

@@ -440,6 +440,9 @@ impl ModuleState {
     pub fn transmit(&mut self, now: Instant) {
         for ch in CHANNELS {
             self.transmit_channel(now, ch);
+            if !self.fabric.has_batch(ch) {
+                continue;
+            }
             match self.fabric.flush_sends(ch) {
                 // Kept by the fabric for the next pass.
                 Err(e) if e.is_would_block() => {}
