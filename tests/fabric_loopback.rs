@@ -601,18 +601,40 @@ fn lo_1472(gso: bool) -> (FabricConfig, DeviceInfo) {
     (cfg, dev)
 }
 
-#[test]
-fn runs_of_full_datagrams_leave_in_one_send_and_arrive_one_by_one() {
+/// A sender whose data channel batches, and two receivers it knows.
+struct Three {
+    a: Module,
+    b: Module,
+    c: Module,
+    to_b: PeerAddr,
+    to_c: PeerAddr,
+}
+
+fn batching_sender_and_two_receivers() -> Three {
     let (cfg, dev) = lo_1472(true);
     let mut a = Module::open(&dev, &cfg).unwrap();
-    let mut b = Module::open(&dev, &cfg).unwrap();
-    let mut c = Module::open(&dev, &cfg).unwrap();
+    let (b, c) = (
+        Module::open(&dev, &cfg).unwrap(),
+        Module::open(&dev, &cfg).unwrap(),
+    );
     let to_b = a.insert_peer(&b.local_address()).unwrap();
     let to_c = a.insert_peer(&c.local_address()).unwrap();
-    let room = a.batch_room(Channel::Data);
+    Three {
+        a,
+        b,
+        c,
+        to_b,
+        to_c,
+    }
+}
+
+#[test]
+fn runs_of_full_datagrams_leave_in_one_send_and_arrive_one_by_one() {
+    let mut t = batching_sender_and_two_receivers();
+    let room = t.a.batch_room(Channel::Data);
     assert_eq!(room, 44, "65507 / 1472 datagrams per send");
     assert_eq!(
-        a.batch_room(Channel::Priority),
+        t.a.batch_room(Channel::Priority),
         0,
         "tiny datagrams are not batched"
     );
@@ -623,55 +645,53 @@ fn runs_of_full_datagrams_leave_in_one_send_and_arrive_one_by_one() {
         .chain([pattern(100, 99)])
         .collect();
     for d in &to_b_data {
-        let posted = post(&mut a, Channel::Data, &to_b, d);
+        let posted = post(&mut t.a, Channel::Data, &t.to_b, d);
         assert_eq!(posted, Posted::Done, "the buffer is free once copied");
     }
     assert_eq!(
-        a.batch_stats(Channel::Data),
+        t.a.batch_stats(Channel::Data),
         (2, 51),
         "sent when full and when closed"
     );
     let to_c_data: Vec<Vec<u8>> = (0..3).map(|i| pattern(1472, 200 + i as u8)).collect();
     for d in &to_c_data {
-        let _ = post(&mut a, Channel::Data, &to_c, d);
+        let _ = post(&mut t.a, Channel::Data, &t.to_c, d);
     }
     assert_eq!(
-        a.batch_stats(Channel::Data),
+        t.a.batch_stats(Channel::Data),
         (2, 51),
         "waits for the end of the pass"
     );
-    a.flush_sends(Channel::Data).unwrap();
-    assert_eq!(a.batch_stats(Channel::Data), (3, 54));
-    assert_eq!(a.tx_available(Channel::Data), a.tx_capacity(Channel::Data));
-    expect_datagrams(&mut b, Channel::Data, &to_b_data);
-    expect_datagrams(&mut c, Channel::Data, &to_c_data);
+    t.a.flush_sends(Channel::Data).unwrap();
+    assert_eq!(t.a.batch_stats(Channel::Data), (3, 54));
+    assert_eq!(
+        t.a.tx_available(Channel::Data),
+        t.a.tx_capacity(Channel::Data)
+    );
+    expect_datagrams(&mut t.b, Channel::Data, &to_b_data);
+    expect_datagrams(&mut t.c, Channel::Data, &to_c_data);
 }
 
 #[test]
 fn a_run_to_another_peer_sends_the_batch_first() {
-    let (cfg, dev) = lo_1472(true);
-    let mut a = Module::open(&dev, &cfg).unwrap();
-    let mut b = Module::open(&dev, &cfg).unwrap();
-    let mut c = Module::open(&dev, &cfg).unwrap();
-    let to_b = a.insert_peer(&b.local_address()).unwrap();
-    let to_c = a.insert_peer(&c.local_address()).unwrap();
+    let mut t = batching_sender_and_two_receivers();
     let (x, y, z) = (pattern(1472, 1), pattern(1472, 2), pattern(1472, 3));
-    let _ = post(&mut a, Channel::Data, &to_b, &x);
-    let _ = post(&mut a, Channel::Data, &to_b, &y);
-    let _ = post(&mut a, Channel::Data, &to_c, &z);
+    let _ = post(&mut t.a, Channel::Data, &t.to_b, &x);
+    let _ = post(&mut t.a, Channel::Data, &t.to_b, &y);
+    let _ = post(&mut t.a, Channel::Data, &t.to_c, &z);
     assert_eq!(
-        a.batch_stats(Channel::Data),
+        t.a.batch_stats(Channel::Data),
         (1, 2),
         "b's two went when c's came"
     );
-    expect_datagrams(&mut b, Channel::Data, &[x, y]);
-    a.flush_sends(Channel::Data).unwrap();
+    expect_datagrams(&mut t.b, Channel::Data, &[x, y]);
+    t.a.flush_sends(Channel::Data).unwrap();
     assert_eq!(
-        a.batch_stats(Channel::Data),
+        t.a.batch_stats(Channel::Data),
         (1, 2),
         "a lone datagram is no batch"
     );
-    expect_datagram(&mut c, Channel::Data, &z);
+    expect_datagram(&mut t.c, Channel::Data, &z);
 }
 
 #[test]
