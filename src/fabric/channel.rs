@@ -453,7 +453,13 @@ impl ChannelRes {
             });
         }
         if self.batch.as_ref().is_some_and(|b| b.must_flush_for(to)) {
-            self.flush_sends()?;
+            match self.flush_sends() {
+                // The caller keeps `buf` and retries after progress.
+                Err(e) if e.is_would_block() => return Err(e),
+                // Those datagrams are lost; this one was never tried and joins a new batch.
+                Err(e) => tracing::debug!("{e}"),
+                Ok(()) => {}
+            }
         }
         let alone = total < self.mtu && self.batch.as_ref().is_some_and(|b| b.len() == 0);
         let Some(batch) = self.batch.as_mut().filter(|_| !alone) else {
