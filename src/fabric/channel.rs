@@ -443,23 +443,11 @@ impl ChannelRes {
         to: Dest,
         fi_addr: sys::fi_addr_t,
     ) -> Result<Posted, FabricError> {
-        let i = self.checked_tx(buf, len)?;
-        let total = len + body[0].len() + body[1].len();
-        if total > self.mtu {
-            return Err(FabricError {
-                call: "post_send",
-                code: sys::FI_EMSGSIZE as i32,
-                message: format!("datagram of {total} bytes (MTU {})", self.mtu),
-            });
-        }
+        let (i, total) = self.checked_gather(buf, len, body)?;
         if self.batch.as_ref().is_some_and(|b| b.must_flush_for(to)) {
-            match self.flush_sends() {
-                // The caller keeps `buf` and retries after progress.
-                Err(e) if e.is_would_block() => return Err(e),
-                // Those datagrams are lost; this one was never tried and joins a new batch.
-                Err(e) => tracing::debug!("{e}"),
-                Ok(()) => {}
-            }
+            // A full socket: the caller keeps `buf` and retries after progress. Lost datagrams:
+            // this one was never tried and joins a new batch.
+            self.flush_or_log()?;
         }
         let alone = total < self.mtu && self.batch.as_ref().is_some_and(|b| b.len() == 0);
         let Some(batch) = self.batch.as_mut().filter(|_| !alone) else {
@@ -479,14 +467,44 @@ impl ChannelRes {
         self.tx_state[i] = TxState::Free;
         self.tx_free.push(i as u32);
         if complete {
-            match self.flush_sends() {
-                // Kept in the batch: the next flush sends it.
-                Err(e) if e.is_would_block() => {}
-                Err(e) => tracing::debug!("{e}"),
-                Ok(()) => {}
-            }
+            // A full socket keeps it in the batch for the next flush.
+            let _ = self.flush_or_log();
         }
         Ok(Posted::Done)
+    }
+
+    /// `flush_sends`, with lost datagrams only logged: `Err` is `-FI_EAGAIN` alone.
+    fn flush_or_log(&mut self) -> Result<(), FabricError> {
+        match self.flush_sends() {
+            Err(e) if !e.is_would_block() => {
+                tracing::debug!("{e}");
+                Ok(())
+            }
+            r => r,
+        }
+    }
+
+    /// The index of lent send buffer `buf` and the length of the datagram its first `len`
+    /// bytes and `body` make, if that fits the MTU.
+    fn checked_gather(
+        &self,
+        buf: BufId,
+        len: usize,
+        body: [&[u8]; 2],
+    ) -> Result<(usize, usize), FabricError> {
+        let i = self.checked_tx(buf, len)?;
+        let total = len + body[0].len() + body[1].len();
+        if total > self.mtu {
+            return Err(FabricError {
+                call: "post_send_gather",
+                code: sys::FI_EMSGSIZE as i32,
+                message: format!(
+                    "gathered datagram of {total} bytes exceeds the channel MTU of {} bytes",
+                    self.mtu
+                ),
+            });
+        }
+        Ok((i, total))
     }
 
     /// Sends what waits in the batch. `-FI_EAGAIN`: the socket is full and the batch stays
@@ -528,15 +546,15 @@ impl ChannelRes {
         body: [&[u8]; 2],
         to: sys::fi_addr_t,
     ) -> Result<Posted, FabricError> {
-        let i = self.checked_tx(buf, len)?;
-        let total = len + body[0].len() + body[1].len();
-        if total > self.mtu || !self.can_gather() {
+        let (i, total) = self.checked_gather(buf, len, body)?;
+        if !self.can_gather() {
             return Err(FabricError {
                 call: "post_send_gather",
                 code: sys::FI_EMSGSIZE as i32,
                 message: format!(
-                    "gathered datagram of {total} bytes (MTU {}, iov_limit {})",
-                    self.mtu, self.iov_limit
+                    "this channel does not gather (iov_limit {}, registered buffers {})",
+                    self.iov_limit,
+                    !self._mrs.is_empty()
                 ),
             });
         }
