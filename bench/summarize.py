@@ -244,11 +244,16 @@ class Run:
         """Raw datagram floor: one-way µs per size, the median over the repetitions of floor_reps."""
         return {s: statistics.median(reps.values()) for s, reps in self.floor_reps().items()}
 
-    def raw_stream(self):
-        return self.series("clean", "raw_stream", "raw_datagram")
+    def raw_stream(self, batched=False):
+        return self.series("clean", raw_stream_job(batched), "raw_datagram")
 
     def raw_stream_reps(self, batched=False):
-        return self.reps("clean", "raw_stream_batched" if batched else "raw_stream", "raw_datagram")
+        return self.reps("clean", raw_stream_job(batched), "raw_datagram")
+
+
+def raw_stream_job(batched):
+    """The raw stream's job: one datagram per send (the floor), or runs sent as btl_usnic_gso does."""
+    return "raw_stream_batched" if batched else "raw_stream"
 
 
 def fmt(v, unit=""):
@@ -367,8 +372,8 @@ def evaluate(run, cfg, target_id):
         batched = target_id == "bw_raw_batched"
         rs = run.raw_stream_reps(batched)
         if not rs:
-            job = "raw_stream_batched" if batched else "raw_stream"
-            return None, "raw streaming: " + (run.why_missing("clean", job, "raw_datagram") or "no results")
+            return None, "raw streaming: " + (run.why_missing("clean", raw_stream_job(batched), "raw_datagram")
+                                              or "no results")
         bw = run.reps("clean", cfg, "bw")
         big = [s for s in bw if BIG_LO <= s <= BIG_HI]
         # Per message size where the raw test cut messages of that size into datagrams, as the
@@ -432,14 +437,14 @@ def targets(run):
         ("bw_raw_full", Target("bandwidth 64 KiB–4 MiB vs raw streaming of full datagrams", 0.9, False, report=True)),
         ("bibw", Target("bidirectional / unidirectional bandwidth, 64 KiB–4 MiB", 1.6, False)),
         ("bibw_cores", Target("bidirectional / unidirectional, over the raw stream's both-ways / one-way ratio (what the cores allow)", 1.0, False, report=True)),
-
         ("mr_tcp", Target("8 B message rate vs btl tcp", 1.0, False, strict=True)),
         ("mr_rxd", Target("8 B message rate vs udp;ofi_rxd", 1.0, False, strict=True)),
     ]
     if run.raw_stream_reps(True):
         # Across hosts the BTL sends runs of datagrams with one system call (btl_usnic_gso); the
         # raw stream sending the same way shows what that path allows (bench/raw-across-hosts.sh).
-        t[5:5] = [
+        after_raw = [tid for tid, _ in t].index("bw_raw_full") + 1
+        t[after_raw:after_raw] = [
             ("bw_raw_batched", Target("bandwidth 64 KiB–4 MiB vs raw streaming of the same message size, sends batched as btl_usnic_gso does", 0.9, False, report=True)),
             ("bibw_cores_batched", Target("bidirectional / unidirectional, over the batched raw stream's both-ways / one-way ratio", 1.0, False, report=True)),
         ]
@@ -673,7 +678,7 @@ def summary(run):
         L.append("")
         sizes = sorted(set().union(*[set(run.series("clean", c, bench)) for c in run.configs] + [set()]))
         rs, rs_reps = run.raw_stream(), run.raw_stream_reps()
-        bt_reps = run.raw_stream_reps(True)
+        bt, bt_reps = run.raw_stream(True), run.raw_stream_reps(True)
         header = ["size"] + list(run.configs)
         if bench == "bw":
             header += ["raw, same message size", "%s/raw, paired" % subj, "raw, full datagrams", "%s/raw full, paired" % subj]
@@ -693,9 +698,8 @@ def summary(run):
                 row += [fmt(raw_v), ratio_cell(ratio_at(s, sv, same, run.floor_unpaired), notes),
                         fmt(full), ratio_cell(ratio_at(s, sv, one_dgram, run.floor_unpaired), notes)]
                 if bt_reps:
-                    bt = bt_reps.get(s, bt_reps.get(RAW_FULL))
-                    bt_med = statistics.median(bt.values()) if bt else None
-                    row += [fmt(bt_med), ratio_cell(ratio_at(s, sv, bt, run.floor_unpaired), notes)]
+                    row += [fmt(bt.get(s, bt.get(RAW_FULL))),
+                            ratio_cell(ratio_at(s, sv, bt_reps.get(s, bt_reps.get(RAW_FULL)), run.floor_unpaired), notes)]
             else:
                 for c in run.configs:
                     a, b = run.reps("clean", c, "bibw").get(s), run.reps("clean", c, "bw").get(s)
@@ -712,7 +716,6 @@ def summary(run):
                      "before any reliability; issue 5's 1.6× holds only where the cores allow it."
                      % (RAW_BIDIR_HOW[0], fmt(rs[RAW_BIDIR]), rs[RAW_BIDIR] / rs[RAW_FULL], fmt(rs[RAW_FULL])))
             L.append("")
-        bt = run.series("clean", "raw_stream_batched", "raw_datagram")
         if bench == "bibw" and RAW_BIDIR in bt and RAW_FULL in bt:
             L.append("The same with runs of datagrams sent in one system call, as btl_usnic_gso does: "
                      "%s MB/s both ways, %.2f× its one-way %s MB/s."
