@@ -485,26 +485,15 @@ impl ChannelRes {
     }
 
     /// The index of lent send buffer `buf` and the length of the datagram its first `len`
-    /// bytes and `body` make, if that fits the MTU.
+    /// bytes and `body` make, if that fits the MTU (the head alone fits, then, too).
     fn checked_gather(
         &self,
         buf: BufId,
         len: usize,
         body: [&[u8]; 2],
     ) -> Result<(usize, usize), FabricError> {
-        let i = self.checked_tx(buf, len)?;
         let total = len + body[0].len() + body[1].len();
-        if total > self.mtu {
-            return Err(FabricError {
-                call: "post_send_gather",
-                code: sys::FI_EMSGSIZE as i32,
-                message: format!(
-                    "gathered datagram of {total} bytes exceeds the channel MTU of {} bytes",
-                    self.mtu
-                ),
-            });
-        }
-        Ok((i, total))
+        Ok((self.checked_tx(buf, total)?, total))
     }
 
     /// Sends what waits in the batch. `-FI_EAGAIN`: the socket is full and the batch stays
