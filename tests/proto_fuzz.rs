@@ -96,7 +96,7 @@ fn mutate(rng: &mut Rng, corpus: &[Vec<u8>]) -> Vec<u8> {
         2 => b.truncate(rng.below(b.len() as u64 + 1) as usize),
         3 => {
             // Rewrite a header field with an interesting value, keeping src/key intact.
-            let offs = [1usize, 2, 3, 4, 6, 24, 28, 32, 36, 40, 48, 56];
+            let offs = [1usize, 2, 3, 4, 6, 24, 28, 32, 36, 40, 44, 48, 56, 64, 72];
             let o = offs[rng.below(offs.len() as u64) as usize];
             let vals = [0u64, 1, 0xff, 0xffff, 0xffff_ffff, u64::MAX, rng.next_u64()];
             let v = vals[rng.below(vals.len() as u64) as usize].to_le_bytes();
@@ -238,12 +238,18 @@ fn forged_headers_with_valid_identity_never_panic() {
         // Mostly the live epoch 0, sometimes a later one (extended numbers, docs/wire.md §5a).
         let ext = |rng: &mut Rng| (rng.below(3) as u32) << 16 | rng.next_u64() as u16 as u32;
         h.seq = ext(&mut rng);
+        h.tx = if h.kind == Kind::Ack {
+            0
+        } else {
+            rng.next_u64() as u32
+        };
         h.ack = if rng.below(2) == 0 {
             Some(wire::AckInfo {
                 cum: ext(&mut rng),
                 sack: rng.next_u64() as u32,
                 snd_next: ext(&mut rng),
                 dsack: (rng.below(2) == 0).then(|| rng.next_u64() as u16),
+                echo: rng.next_u64() as u32,
             })
         } else {
             None

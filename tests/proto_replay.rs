@@ -287,6 +287,7 @@ fn forged_acks_beyond_the_window_release_nothing() {
             sack: u32::MAX,
             snd_next,
             dsack: None,
+            echo: 0,
         });
         let mut b = vec![0u8; h.header_len()];
         h.emit(&mut b);

@@ -195,7 +195,14 @@ fn one_loss_repaired_in_one_round_trip() {
         hdr(&d[2]).seq,
         "the lost segment, same sequence number"
     );
-    assert_eq!(&r[0][32..], &d[2][32..], "same bytes");
+    // Bytes 32..40 are epochs and the duplicate report, 40..48 the transmission numbers.
+    assert_eq!(&r[0][32..40], &d[2][32..40], "same epochs");
+    assert_eq!(&r[0][48..], &d[2][48..], "same bytes");
+    assert_eq!(
+        hdr(&r[0]).tx,
+        hdr(&d[9]).tx + 1,
+        "the resend takes the next transmission number"
+    );
     assert_eq!(
         (p.a.stats().resends_fast, p.a.stats().resends_timeout),
         (1, 0)
@@ -1285,8 +1292,8 @@ fn config_errors_name_the_field() {
     };
     assert!(Engine::new(bad).unwrap_err().0.contains("data_mtu"));
     let e = Engine::new(Config::default()).unwrap();
-    // MTU minus the 40-byte v2 base header.
-    assert_eq!((e.max_frag_payload(), e.max_tiny_payload()), (1432, 728));
+    // MTU minus the 48-byte v4 base header.
+    assert_eq!((e.max_frag_payload(), e.max_tiny_payload()), (1424, 720));
 }
 
 #[test]
@@ -1890,4 +1897,55 @@ fn every_duplicate_is_named_by_an_ack_of_its_own() {
         p.a.handle_datagram(us(60), Channel::Priority, a);
     }
     assert_eq!(p.a.stats().spurious_resends, 0);
+}
+
+/// The first step of the storms bidirectional runs across hosts had under wire version 3: a
+/// segment only late is repaired, its original's ACK comes back after more than a round trip
+/// and was taken as the repair's, declaring lost everything sent between the two, whose
+/// repairs did the same in turn. B's ACK echoes the latest transmission it has seen, which is
+/// older than the repair: A knows the ACK is the original's.
+#[test]
+fn the_ack_of_a_late_original_does_not_make_later_segments_lost() {
+    let mut p = pair();
+    let d = send_n(&mut p, 10, 0);
+    // t=10: B reads the first, third and fourth (the second is late, the rest still queued)
+    // and ACKs at once (a new gap); A has it at t=20 (a 20 µs round trip).
+    for x in [&d[0], &d[2], &d[3]] {
+        p.b.handle_datagram(us(10), Channel::Data, x);
+    }
+    for x in tx(&mut p.b, us(10), Channel::Priority) {
+        p.a.handle_datagram(us(20), Channel::Priority, &x);
+    }
+    let due = p.a.poll_timeout().unwrap();
+    assert!(due <= us(25), "repair due at {due:?}");
+    p.a.handle_timeout(due);
+    let r = tx(&mut p.a, due, Channel::Data);
+    assert_eq!((r.len(), hdr(&r[0]).seq), (1, hdr(&d[1]).seq));
+    // t=30: the original arrives; B's ACK (it fills the gap) reaches A at t=50, a round trip
+    // and more after the repair left.
+    p.b.handle_datagram(us(30), Channel::Data, &d[1]);
+    let ack = tx(&mut p.b, us(30), Channel::Priority);
+    assert_eq!(ack.len(), 1);
+    assert_eq!(
+        hdr(&ack[0]).ack.unwrap().echo,
+        hdr(&d[3]).tx,
+        "the latest transmission B has seen"
+    );
+    p.a.handle_datagram(us(50), Channel::Priority, &ack[0]);
+    if p.a.poll_timeout().is_some_and(|t| t <= us(50)) {
+        p.a.handle_timeout(us(50));
+    }
+    assert!(
+        tx(&mut p.a, us(50), Channel::Data).is_empty(),
+        "the six still queued at B are not declared lost"
+    );
+    // B reads them and the repair (a duplicate): everything completes, one resend in all.
+    for x in d[4..].iter().chain(&r) {
+        p.b.handle_datagram(us(60), Channel::Data, x);
+    }
+    for x in tx(&mut p.b, us(60), Channel::Priority) {
+        p.a.handle_datagram(us(70), Channel::Priority, &x);
+    }
+    assert!(p.a.is_idle(p.ab));
+    assert_eq!((p.a.stats().resends_fast, p.b.stats().dup_recvs), (1, 1));
 }

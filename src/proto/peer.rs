@@ -56,6 +56,10 @@ pub struct Peer {
     /// Segments declared lost, oldest first.
     pub resend_q: VecDeque<u16>,
     pub tx_count: u64,
+    /// The highest transmission number received from the peer on its data channel (wrapping
+    /// order): echoed in our ACKs, so that the peer tells which of its transmissions of a
+    /// segment we acknowledge.
+    pub tx_seen: u32,
     /// Latest transmission counter known delivered (RACK-style loss detection).
     pub rack_tx: u64,
     /// Round trip of the segment that set `rack_tx` (includes its queueing in the NIC).
@@ -136,6 +140,13 @@ fn send_window(window: u16, remote_rx_window: u32) -> u16 {
 }
 
 impl Peer {
+    /// A data-channel transmission of the peer's arrived (0: not numbered, priority channel).
+    pub fn saw_tx(&mut self, tx: u32) {
+        if tx != 0 && (tx.wrapping_sub(self.tx_seen) as i32) > 0 {
+            self.tx_seen = tx;
+        }
+    }
+
     pub fn new(now: Instant, info: PeerInfo, mtu: usize, cfg: &super::api::Config) -> Peer {
         let cap = (cfg.window as usize).next_power_of_two();
         let window = send_window(cfg.window, info.remote_rx_window);
@@ -152,6 +163,7 @@ impl Peer {
             data_q: VecDeque::new(),
             resend_q: VecDeque::with_capacity(cap),
             tx_count: 0,
+            tx_seen: 0,
             rack_tx: 0,
             rack_rtt: 0,
             rack_deadline: None,

@@ -5,9 +5,9 @@ Finds the job's UDP ports (ss -uanp, filtered by the job's PIDs), captures some 
 datagrams from an AF_PACKET socket on lo (same-host traffic, even to eth0's address, is
 looped through lo), then sends one class of hostile datagrams to those ports:
 
-  garbage    random bytes of random lengths (half starting like a current header: version 3, a
-             kind, zero flags/tag), plus a few
-             datagrams larger than the channel MTU
+  garbage    random bytes of random lengths around every header length (half starting like a
+             current header: version 4, a kind, zero flags/tag; a fifth of those with an old
+             version 1, 2 or 3 instead), plus a few datagrams larger than the channel MTU
   truncated  every prefix of real datagrams shorter than header + payload_len
   wrongkey   real datagrams with the key field replaced (random, 0, the other rank's key)
   replay     real datagrams sent again verbatim, repeatedly, for the rest of the job
@@ -21,10 +21,15 @@ looped through lo), then sends one class of hostile datagrams to those ports:
              regions and offsets outside any registered memory
   flood      one real sequenced datagram and one real ACK, each sent thousands of times
 
-Wire format: docs/wire.md (version 3, little-endian: 40-byte base header with the epochs of
-seq/ack/snd_next at 32..38 and the duplicate report at 38..40, message extension at 40..56,
-region extension at 56..72; key at 16 is the receiver's job key, src at 8 the sender's id).
-Other versions are rejected by the job, so only version-3 datagrams are captured. Prints what it sent, one 'HOSTILE <attack> sent=N ...' summary line last.
+Wire format: docs/wire.md (version 4, little-endian: 48-byte base header with the epochs of
+seq/ack/snd_next at 32..38, the duplicate report at 38..40, the transmission number tx at
+40..44 (0 on the priority channel and in Acks) and its echo at 44..48 (0 without flag ACK),
+message extension at 48..64, region extension at 64..80; key at 16 is the receiver's job key,
+src at 8 the sender's id). Other versions are rejected by the job, so only version-4
+datagrams are captured. Forged PUT/GET headers (putget, truncated) and the live chunk copies
+(sent to a priority socket) carry tx 0 (not stamped: ignored by the receiver); putget's carry
+no ACK information (echo 0), the others keep the captured ACK information and echo. Prints
+what it sent, one 'HOSTILE <attack> sent=N ...' summary line last.
 Root only (AF_PACKET). Python 3 stdlib only.
 """
 import argparse
@@ -37,18 +42,19 @@ import subprocess
 import sys
 import time
 
-VERSION = 3
-# version kind flags tag seq ack src key plen snd_next sack seq_epoch ack_epoch snd_next_epoch dsack
-HDR = struct.Struct("<BBBBHHQQHHIHHHH")
+VERSION = 4
+# version kind flags tag seq ack src key plen snd_next sack seq_epoch ack_epoch snd_next_epoch
+# dsack tx echo
+HDR = struct.Struct("<BBBBHHQQHHIHHHHII")
 HDR_NAMES = ["version", "kind", "flags", "tag", "seq", "ack", "src", "key", "plen", "snd_next",
-             "sack", "seq_epoch", "ack_epoch", "snd_next_epoch", "dsack"]
+             "sack", "seq_epoch", "ack_epoch", "snd_next_epoch", "dsack", "tx", "echo"]
 MSG = struct.Struct("<IIII")  # id total offset reserved
 REGION = struct.Struct("<QQ")  # region region_offset
-BASE = HDR.size  # 40
-MSG_AT = BASE  # 40..56
-REGION_AT = MSG_AT + MSG.size  # 56..72
-HLEN = {1: 40, 2: 40, 3: 56, 4: 72, 5: 72, 6: 56, 7: 56, 8: 56}
-assert BASE == 40 and REGION_AT + REGION.size == 72
+BASE = HDR.size  # 48
+MSG_AT = BASE  # 48..64
+REGION_AT = MSG_AT + MSG.size  # 64..80
+HLEN = {1: 48, 2: 48, 3: 64, 4: 80, 5: 80, 6: 64, 7: 64, 8: 64}
+assert BASE == 48 and MSG_AT + MSG.size == 64 and REGION_AT + REGION.size == 80
 SEQUENCED = set(range(2, 9))
 ETH_P_ALL = 0x0003
 PACKET_OUTGOING = 4
@@ -193,9 +199,10 @@ def with_header(p, **kw):
 
 
 def header(kind, xseq, src, key, plen, tag=0):
-    """A base header without ACK information for extended sequence number xseq."""
+    """A base header without ACK information (so echo 0) for extended sequence number xseq;
+    tx 0: not stamped, so the forgery cannot raise what the receiver echoes."""
     return HDR.pack(VERSION, kind, 0, tag, xseq & 0xFFFF, 0, src, key, plen, 0, 0,
-                    (xseq >> 16) & 0xFFFF, 0, 0, 0)
+                    (xseq >> 16) & 0xFFFF, 0, 0, 0, 0, 0)
 
 
 def with_msg(data, **kw):
@@ -264,6 +271,8 @@ def main():
         # has the whole window out), so the copies go to the receiver's other socket on the
         # same address (its priority channel: every kind is accepted on either channel), cut
         # to 16 payload bytes to fit its MTU, where they are read before the queued chunks.
+        # There they carry tx 0, as every priority-channel datagram does: the real chunk's
+        # number would raise the receiver's echo before the real chunk has arrived.
         def live(p):
             if p.h and p.kind == 3 and p.plen > 0 and live_sent[0] < 8000:
                 _, total, off, _ = MSG.unpack_from(p.data, MSG_AT)
@@ -272,8 +281,8 @@ def main():
                 if off == 0 and p.plen < total:
                     old = (p.xseq - 5000) & 0xFFFFFFFF
                     n = min(p.plen, 16)
-                    q = Pkt(p.dst, with_header(p, seq=old & 0xFFFF, seq_epoch=old >> 16, plen=n)
-                            [:HLEN[3] + n], 0)
+                    q = Pkt(p.dst, with_header(p, seq=old & 0xFFFF, seq_epoch=old >> 16, plen=n,
+                                               tx=0)[:HLEN[3] + n], 0)
                     pid = pid_of[p.dst]
                     to = [d for d, x in pid_of.items() if x == pid and d[0] == p.dst[0] and d != p.dst]
                     for dst in to or [p.dst]:
@@ -308,13 +317,14 @@ def main():
     if a.attack == "garbage":
         over = 0
         for i in range(a.count):
-            n = rng.choice([0, 1, 2, 31, 32, 33, 39, 40, 41, 55, 56, 57, 71, 72, 73,
+            n = rng.choice([0, 1, 2, 31, 32, 33, 39, 40, 41, 47, 48, 49, 63, 64, 65, 79, 80, 81,
                             rng.randrange(0, 1400)])
             d = bytearray(rng.randbytes(n))
             if n and i % 2:
                 # starts like a current header (version, a kind, flags and tag mostly clear): goes
-                # further through parse; a v1 version byte now and then (rejected too)
-                d[0] = VERSION if i % 10 != 1 else 1
+                # further through parse; an old version byte (1, 2 or 3) now and then (rejected
+                # too)
+                d[0] = VERSION if i % 10 != 1 else 1 + (i // 10) % 3
                 if n > 1:
                     d[1] = rng.randrange(0, 10)
                 if n > 3 and i % 4 == 1:
@@ -341,12 +351,12 @@ def main():
                     n for n in (h, h + 1, h + 2, h + pl // 2, h + pl - 2, h + pl - 1) if h <= n < full}
                 for n in sorted(cuts):
                     tx.send(p.dst, p.data[:n])
-        # Headers of the 72-byte kinds (PUT/GET are not in the traffic): made from a Frag's
-        # header, cut at every length.
+        # Headers of the 80-byte kinds (PUT/GET are not in the traffic): made from a captured
+        # sequenced header (tx 0, like putget's forgeries), cut at every length.
         base = next(p for p in valid if p.kind in SEQUENCED)
         for kind in (4, 5):
-            d = with_header(base, kind=kind, tag=0, plen=0)[:BASE] + MSG.pack(7, 64, 0, 0) + \
-                REGION.pack(1, 0)
+            d = with_header(base, kind=kind, tag=0, plen=0, tx=0)[:BASE] + \
+                MSG.pack(7, 64, 0, 0) + REGION.pack(1, 0)
             assert len(d) == HLEN[kind]
             for n in range(0, HLEN[kind]):
                 tx.send(base.dst, d[:n])

@@ -7,7 +7,8 @@
 //! of the minimum RTT, widened when a repair turns out to have been spurious, at most the
 //! smoothed RTT). A segment is thus fast-repaired at most once per round trip. The peer tells
 //! us when it received a segment twice (D-SACK), which is how a repair of a segment that was
-//! only reordered shows.
+//! only reordered shows, and echoes the latest of our transmissions it has received, which
+//! tells the ACK of a resent segment's late original from the ACK of the resend.
 
 use super::tx::MAX_UNSENT_REFUSALS;
 use super::{finish_op, Engine};
@@ -47,7 +48,7 @@ impl Engine {
         let cum_next = Seq(ack.cum as u16).plus(1);
         let barrier = ack.snd_next;
         let mut progress = d > 0;
-        let mut rack = RackUpdate::default();
+        let echo = echoed_tx(p.tx_count, ack.echo);
         for _ in 0..d {
             let s = p.sw.una;
             let rec = *p.sw.get(s);
@@ -58,7 +59,7 @@ impl Engine {
                     p.hotel.checkout(rec.room);
                 }
                 let (events, spares) = (&mut self.events, &mut self.spares);
-                delivered(p, peer, &rec, now, barrier, events, spares, &mut rack);
+                delivered(p, peer, &rec, now, barrier, events, spares, echo);
             }
         }
         let base = cum_next.plus(1);
@@ -78,7 +79,7 @@ impl Engine {
                     SegState::Sacked | SegState::Free => return,
                 }
                 p.sw.get_mut(s).state = SegState::Sacked;
-                delivered(p, peer, &rec, now, barrier, events, spares, &mut rack);
+                delivered(p, peer, &rec, now, barrier, events, spares, echo);
                 sack_new = true;
             };
         let mut bits = ack.sack;
@@ -96,7 +97,6 @@ impl Engine {
             }
         }
         progress |= sack_new;
-        rack.apply(p);
         if progress {
             p.last_progress = now;
             p.rtt.backoff = 0;
@@ -110,27 +110,11 @@ impl Engine {
     }
 }
 
-/// What one ACK says about the most recently transmitted data segment that reached the peer.
-///
-/// The ACK of a timeout probe is ambiguous: it may be for the original, which a descheduled
-/// peer is only now reading from its socket together with everything sent after it. Taken as
-/// the probe's, it would declare all of that lost (a whole window resent for nothing, which
-/// HPCC's rings across two oversubscribed hosts showed: 3 % of all datagrams). The data
-/// channel is first in, first out, so an ACK that also delivers a fresh segment comes from a
-/// peer still reading the originals: the probe then says nothing. An ACK that delivers probes
-/// alone is taken at its word, which is how a burst lost whole is repaired in one round trip.
-#[derive(Default)]
-struct RackUpdate {
-    fresh: bool,
-    probe: Option<(u64, u64)>,
-}
-
-impl RackUpdate {
-    fn apply(self, p: &mut Peer) {
-        if let (false, Some((tx, rtt))) = (self.fresh, self.probe) {
-            advance_rack(p, tx, rtt);
-        }
-    }
+/// The extended transmission number `echo` names: the latest of ours at most `tx_count` with
+/// those low 32 bits (0, vouching for nothing, if there was none).
+fn echoed_tx(tx_count: u64, echo: u32) -> u64 {
+    let back = (tx_count as u32).wrapping_sub(echo) as u64;
+    tx_count.saturating_sub(back)
 }
 
 fn advance_rack(p: &mut Peer, tx: u64, rtt: u64) {
@@ -151,7 +135,7 @@ fn delivered(
     barrier: u32,
     events: &mut VecDeque<Event>,
     spares: &mut Spares,
-    rack: &mut RackUpdate,
+    echo: u64,
 ) {
     let rtt = now.0.saturating_sub(rec.sent_at.0);
     if !rec.retx {
@@ -170,18 +154,14 @@ fn delivered(
             }
         }
     }
-    if !rec.prio {
-        if !rec.retx {
-            rack.fresh = true;
-            advance_rack(p, rec.tx, rtt);
-        } else if rtt >= p.rtt.min_rtt() {
-            // Sooner than any round trip, the ACK can only be for the original.
-            if rec.fast {
-                advance_rack(p, rec.tx, rtt);
-            } else if rack.probe.map_or(true, |(tx, _)| rec.tx > tx) {
-                rack.probe = Some((rec.tx, rtt));
-            }
-        }
+    // A transmission at least as recent as this segment's latest reached the peer (the data
+    // channel is first in, first out). Below the echo, the ACK is for an earlier transmission
+    // that was only late: taken as the resend's, it would declare lost everything sent
+    // between the two, whose resends would do the same in turn (bidirectional runs across
+    // hosts resent a fifth of their datagrams so). The same tells the ACK of a timeout probe
+    // from that of an original a descheduled peer is only now reading.
+    if !rec.prio && rec.tx <= echo {
+        advance_rack(p, rec.tx, rtt);
     }
     if let Some(op) = p.ops.get_mut(rec.op) {
         op.segs_out = op.segs_out.saturating_sub(1);

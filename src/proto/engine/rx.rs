@@ -92,7 +92,11 @@ impl Engine {
             self.stats.bad_chunk_recvs += 1;
             return RxOutcome::Dropped(DropReason::BadChunk);
         }
-        match p.rw.accept(h.seq) {
+        let accept = p.rw.accept(h.seq);
+        if !matches!(accept, Accept::High) {
+            p.saw_tx(h.tx);
+        }
+        match accept {
             Accept::Duplicate => {
                 self.stats.dup_recvs += 1;
                 // Each is named by an ACK of its own: the sender learns which resend was

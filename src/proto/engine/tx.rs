@@ -344,6 +344,7 @@ fn ack_info(p: &Peer) -> AckInfo {
         sack: p.rw.sack_word(0) as u32,
         snd_next: p.sw.next_ext.wrapping_add(p.refusals_unsent),
         dsack: None,
+        echo: p.tx_seen,
     }
 }
 
@@ -365,6 +366,9 @@ fn emit_segment(
         .expect("segment's op lives until acknowledged");
     let mut h = Header::new(op.wire_kind());
     h.seq = p.sw.ext(seq);
+    // Only the data channel is first in, first out: a priority datagram's number could vouch
+    // for data sent before it that is still queued.
+    h.tx = if rec.prio { 0 } else { rec.tx as u32 };
     h.src = local_id;
     h.key = p.info.remote_key;
     h.payload_len = rec.len as u16;

@@ -17,12 +17,16 @@ pub const OFF_ACK_EPOCH: usize = 34;
 pub const OFF_SND_NEXT_EPOCH: usize = 36;
 /// Low 16 bits of a duplicate the sender of this ACK received (flag `DSACK`; version 3).
 pub const OFF_DSACK: usize = 38;
-pub const OFF_ID: usize = 40;
-pub const OFF_TOTAL: usize = 44;
-pub const OFF_OFFSET: usize = 48;
-pub const OFF_RESERVED1: usize = 52;
-pub const OFF_REGION: usize = 56;
-pub const OFF_REGION_OFFSET: usize = 64;
+/// The sender's transmission number of a data-channel segment (version 4).
+pub const OFF_TX: usize = 40;
+/// The highest transmission number the ACK's sender has received (flag `ACK`; version 4).
+pub const OFF_ECHO: usize = 44;
+pub const OFF_ID: usize = 48;
+pub const OFF_TOTAL: usize = 52;
+pub const OFF_OFFSET: usize = 56;
+pub const OFF_RESERVED1: usize = 60;
+pub const OFF_REGION: usize = 64;
+pub const OFF_REGION_OFFSET: usize = 72;
 
 /// Flags bit 0: the `ack`/`sack` fields carry acknowledgement information.
 pub const FLAG_ACK: u8 = 1;

@@ -1,6 +1,6 @@
 //! The versioned little-endian wire format (documented byte by byte in `docs/wire.md`).
 //!
-//! Every datagram starts with a 40-byte base header; sequenced kinds other than `Frag` add a
+//! Every datagram starts with a 48-byte base header; sequenced kinds other than `Frag` add a
 //! 16-byte message extension (id, total, offset) and the two region kinds a further 16 bytes
 //! (region, region offset). `parse` validates every field against the datagram's length and
 //! the kind's rules and never panics; `Header::emit` is its exact inverse.
@@ -19,14 +19,15 @@ pub use field::*;
 /// Version 1 (16-bit sequence space without epochs) is rejected: its replays after a wrap
 /// are indistinguishable from fresh segments, and its header is 8 bytes shorter. Version 2
 /// is version 3 without duplicate reports (D-SACK): rejected too, since a mixed job would
-/// work but never adapt to reordering (docs/wire.md §9).
-pub const VERSION: u8 = 3;
+/// work but never adapt to reordering (docs/wire.md §9). Version 3 is version 4 without
+/// transmission numbers and their echo: its ACKs could never vouch for a repair.
+pub const VERSION: u8 = 4;
 /// Base header length (every datagram).
-pub const BASE_LEN: usize = 40;
+pub const BASE_LEN: usize = 48;
 /// Base header + message extension (Chunk, GetReply, PutRefuse, GetRefuse).
-pub const MSG_LEN: usize = 56;
+pub const MSG_LEN: usize = 64;
 /// Base header + message extension + region extension (Put, GetReq).
-pub const REGION_LEN: usize = 72;
+pub const REGION_LEN: usize = 80;
 /// Largest chunked fragment a receiver reassembles (bounce memory allocated per fragment).
 pub const MAX_REASSEMBLY: u32 = 1 << 26;
 /// Extra SACK bitmap bytes an ACK may carry after its header (4096-bit window minus the 32
@@ -96,6 +97,11 @@ pub struct AckInfo {
     /// Low 16 bits of a segment the ACK's sender received twice since its previous ACK
     /// (D-SACK): tells the peer that a retransmission was spurious.
     pub dsack: Option<u16>,
+    /// The highest transmission number (`Header::tx`) the ACK's sender had received from us
+    /// when it wrote this ACK (wrapping order; 0 if none). An ACK of a resent segment whose
+    /// latest transmission is above it was written before that transmission arrived: it is
+    /// the ACK of an earlier one, late, and says nothing about what was sent after that.
+    pub echo: u32,
 }
 
 /// A parsed (or to-be-emitted) header.
@@ -106,6 +112,10 @@ pub struct Header {
     pub tag: u8,
     /// Extended sequence number: epoch << 16 | 16-bit sequence number (zero for Ack).
     pub seq: u32,
+    /// Transmission number of a data-channel segment (every transmission of a sequenced
+    /// segment to a peer takes the next one); 0 on the priority channel, whose datagrams may
+    /// overtake earlier data ones, and in `Ack`. Echoed in `AckInfo::echo`.
+    pub tx: u32,
     pub ack: Option<AckInfo>,
     /// Sender's module identity.
     pub src: u64,
@@ -143,6 +153,7 @@ impl Header {
             kind,
             tag: 0,
             seq: 0,
+            tx: 0,
             ack: None,
             src: 0,
             key: 0,
@@ -182,6 +193,8 @@ impl Header {
         put_split(b, OFF_SND_NEXT, OFF_SND_NEXT_EPOCH, ack.snd_next);
         put32(b, OFF_SACK, ack.sack);
         put16(b, OFF_DSACK, ack.dsack.unwrap_or(0));
+        put32(b, OFF_TX, self.tx);
+        put32(b, OFF_ECHO, ack.echo);
         if n >= MSG_LEN {
             put32(b, OFF_ID, self.id);
             put32(b, OFF_TOTAL, self.total);
@@ -221,6 +234,8 @@ pub fn parse(dg: &[u8]) -> Result<(Header, core::ops::Range<usize>), ParseError>
     let sack = get32(dg, OFF_SACK);
     let snd_next = get_split(dg, OFF_SND_NEXT, OFF_SND_NEXT_EPOCH);
     let dsack = get16(dg, OFF_DSACK);
+    h.tx = get32(dg, OFF_TX);
+    let echo = get32(dg, OFF_ECHO);
     if flags & FLAG_DSACK == 0 && dsack != 0 {
         return Err(ParseError::Reserved);
     }
@@ -230,9 +245,10 @@ pub fn parse(dg: &[u8]) -> Result<(Header, core::ops::Range<usize>), ParseError>
             sack,
             snd_next,
             dsack: (flags & FLAG_DSACK != 0).then_some(dsack),
+            echo,
         })
     } else {
-        if cum != 0 || sack != 0 || snd_next != 0 {
+        if cum != 0 || sack != 0 || snd_next != 0 || echo != 0 {
             return Err(ParseError::Reserved);
         }
         None
@@ -267,7 +283,11 @@ fn validate(h: &Header) -> Result<(), ParseError> {
     let in_bounds = |h: &Header| (h.offset as u64) + plen <= h.total as u64;
     let ok = match h.kind {
         Kind::Ack => {
-            h.ack.is_some() && h.seq == 0 && h.tag == 0 && h.payload_len as usize <= MAX_ACK_MAP
+            h.ack.is_some()
+                && h.seq == 0
+                && h.tx == 0
+                && h.tag == 0
+                && h.payload_len as usize <= MAX_ACK_MAP
         }
         Kind::Frag => true,
         Kind::Chunk => h.id != 0 && h.total > 0 && h.total <= MAX_REASSEMBLY && in_bounds(h),

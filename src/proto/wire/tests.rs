@@ -8,6 +8,7 @@ pub(crate) fn samples() -> Vec<Vec<u8>> {
         sack: 0xdead_beef,
         snd_next: 0x0001_10e1,
         dsack: None,
+        echo: 0x8000_0001,
     });
     let mk = |h: Header, payload: &[u8]| {
         let mut b = vec![0u8; h.header_len() + payload.len()];
@@ -27,6 +28,7 @@ pub(crate) fn samples() -> Vec<Vec<u8>> {
     let mut h = Header::new(Kind::Frag);
     h.tag = 65;
     h.seq = 0x0003_ffff;
+    h.tx = 0xffff_fffe;
     h.ack = ack;
     h.src = u64::MAX;
     h.key = 1;
@@ -35,6 +37,7 @@ pub(crate) fn samples() -> Vec<Vec<u8>> {
     let mut h = Header::new(Kind::Chunk);
     h.tag = 3;
     h.seq = 12;
+    h.tx = 3;
     h.id = 44;
     h.total = 100;
     h.offset = 96;
@@ -120,8 +123,21 @@ fn field_rules() {
     };
     assert!(bad(s[1].clone(), OFF_VERSION, 1), "version 1 has no epochs");
     assert!(bad(s[1].clone(), OFF_VERSION, 2), "version 2 has no D-SACK");
-    assert!(bad(s[1].clone(), OFF_VERSION, 4));
+    assert!(
+        bad(s[1].clone(), OFF_VERSION, 3),
+        "version 3 has no transmission numbers"
+    );
+    assert!(bad(s[1].clone(), OFF_VERSION, 5));
     assert!(bad(s[1].clone(), OFF_VERSION, 0));
+    // The echo rides an ACK only; an Ack, sent on neither channel's behalf, has no number.
+    assert!(bad(s[2].clone(), OFF_ECHO, 1));
+    assert!(bad(s[2].clone(), OFF_ECHO + 3, 0x80));
+    assert!(bad(s[0].clone(), OFF_TX, 1));
+    assert!(!bad(s[1].clone(), OFF_TX, 0), "an unnumbered segment");
+    assert!(
+        !bad(s[1].clone(), OFF_ECHO, 0),
+        "an ACK echoing nothing yet"
+    );
     // the D-SACK bytes after the epochs: zero without the flag, the flag only beside ACK
     assert!(bad(s[1].clone(), OFF_DSACK, 1));
     assert!(bad(s[1].clone(), OFF_DSACK + 1, 0x80));
@@ -237,6 +253,18 @@ fn epochs_round_trip_into_extended_values() {
     assert_eq!(get16(&s[1], OFF_ACK_EPOCH), 2);
     assert_eq!(get16(&s[1], OFF_SND_NEXT_EPOCH), 1);
     assert_eq!(parse(&s[5]).unwrap().0.seq, 0xffff_000f);
+}
+
+#[test]
+fn transmission_number_and_echo_at_their_offsets() {
+    let s = samples();
+    let (h, _) = parse(&s[1]).unwrap();
+    assert_eq!((h.tx, h.ack.unwrap().echo), (0xffff_fffe, 0x8000_0001));
+    assert_eq!(get32(&s[1], OFF_TX), 0xffff_fffe);
+    assert_eq!(get32(&s[1], OFF_ECHO), 0x8000_0001);
+    let (h, r) = parse(&s[2]).unwrap();
+    assert_eq!((h.tx, h.ack, r.start), (3, None, MSG_LEN));
+    assert_eq!(get32(&s[2], OFF_ID), 44);
 }
 
 /// A well-formed version 1 datagram (32-byte header, no epochs) of every kind that has a
