@@ -13,7 +13,7 @@ use std::env;
 use std::path::PathBuf;
 
 /// The wrapper header: the public libfabric headers the fabric edge uses, and `<netinet/udp.h>`
-/// for the two constants of batched sends on the udp provider's socket.
+/// for the constants of batched sends and reads on the udp provider's socket.
 const WRAPPER: &str = r#"
 #include <rdma/fabric.h>
 #include <rdma/fi_domain.h>
@@ -34,8 +34,9 @@ pub fn generate() {
         .allowlist_function("fi_(getinfo|freeinfo|dupinfo|fabric|strerror|version)")
         .allowlist_type("fi_.*|fid_.*|fid")
         .allowlist_var("FI_.*")
-        // For the udp provider's socket: batches sent with generic segmentation (fabric/gso.rs).
-        .allowlist_var("SOL_UDP|UDP_SEGMENT")
+        // For the udp provider's socket: batches sent with generic segmentation (fabric/gso.rs)
+        // and read with generic receive offload (fabric/gro.rs).
+        .allowlist_var("SOL_UDP|UDP_SEGMENT|UDP_GRO")
         // Static inline functions are reached through the ops tables, not as symbols.
         .generate_inline_functions(false)
         .layout_tests(true)

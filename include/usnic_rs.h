@@ -54,6 +54,7 @@ typedef struct {
   int lent_copy_limit;
   char *rdma;
   bool gso;
+  bool gro;
   /*
    Fault injector (hidden, level 9): seed, percentages 0..100, delay.
    */

@@ -253,33 +253,38 @@ fn too_large_send_is_refused_and_buffer_kept() {
 #[test]
 fn oversized_datagram_is_an_error_completion_not_a_crash() {
     // b's data channel is capped at 1000 bytes; a (65507) sends it 1001 and 60000 bytes.
-    let big = lo_cfg();
-    let small = FabricConfig {
-        mtu_cap: 1000,
-        ..lo_cfg()
-    };
-    let mut a = Module::open(&lo(&big), &big).unwrap();
-    let mut b = Module::open(&lo(&small), &small).unwrap();
-    assert_eq!(b.channel_mtu(Channel::Data), 1000);
-    let to_b = a.insert_peer(&b.local_address()).unwrap();
-    for len in [1001, 60_000] {
-        send(&mut a, Channel::Data, &to_b, &pattern(len, 1));
-        match recv_one(&mut b, Channel::Data) {
-            Completion::Error {
-                op: Op::Recv,
-                error,
-                ..
-            } => {
-                assert_eq!(error.code, 265, "FI_ETRUNC: {error}");
-                assert!(error.to_string().contains("1000"), "{error}");
+    // Read by the provider or in runs by the channel itself (`gro`), the same error.
+    for gro in [false, true] {
+        let big = lo_cfg();
+        let small = FabricConfig {
+            mtu_cap: 1000,
+            gro,
+            ..lo_cfg()
+        };
+        let mut a = Module::open(&lo(&big), &big).unwrap();
+        let mut b = Module::open(&lo(&small), &small).unwrap();
+        assert_eq!(b.channel_mtu(Channel::Data), 1000);
+        assert_eq!(b.reads_runs(Channel::Data), gro);
+        let to_b = a.insert_peer(&b.local_address()).unwrap();
+        for len in [1001, 60_000] {
+            send(&mut a, Channel::Data, &to_b, &pattern(len, 1));
+            match recv_one(&mut b, Channel::Data) {
+                Completion::Error {
+                    op: Op::Recv,
+                    error,
+                    ..
+                } => {
+                    assert_eq!(error.code, 265, "FI_ETRUNC: {error}");
+                    assert!(error.to_string().contains("1000"), "{error}");
+                }
+                other => panic!("expected an oversize error, got {other:?}"),
             }
-            other => panic!("expected an oversize error, got {other:?}"),
+            // The buffer went back to the repost queue by itself; traffic continues.
+            b.flush_reposts().unwrap();
+            let ok = pattern(1000, 2);
+            send(&mut a, Channel::Data, &to_b, &ok);
+            expect_datagram(&mut b, Channel::Data, &ok);
         }
-        // The buffer went back to the repost queue by itself; traffic continues.
-        b.flush_reposts().unwrap();
-        let ok = pattern(1000, 2);
-        send(&mut a, Channel::Data, &to_b, &ok);
-        expect_datagram(&mut b, Channel::Data, &ok);
     }
 }
 
@@ -592,9 +597,15 @@ fn poll_first_stops_at_the_first_datagram_and_poll_drains_the_rest() {
 
 /// A data channel of 1472-byte datagrams (as across hosts at MTU 1500) on `lo`.
 fn lo_1472(gso: bool) -> (FabricConfig, DeviceInfo) {
+    lo_1472_reading(gso, true)
+}
+
+/// `lo_1472`, choosing also whether the data channel reads runs of datagrams itself.
+fn lo_1472_reading(gso: bool, gro: bool) -> (FabricConfig, DeviceInfo) {
     let cfg = FabricConfig {
         mtu_cap: 1472,
         gso,
+        gro,
         ..lo_cfg()
     };
     let dev = lo(&cfg);
@@ -670,6 +681,48 @@ fn runs_of_full_datagrams_leave_in_one_send_and_arrive_one_by_one() {
     );
     expect_datagrams(&mut t.b, Channel::Data, &to_b_data);
     expect_datagrams(&mut t.c, Channel::Data, &to_c_data);
+    // Each send crossed `lo` as one packet and was read with one system call.
+    assert!(t.b.reads_runs(Channel::Data) && !t.b.reads_runs(Channel::Priority));
+    assert_eq!(t.b.gro_stats(Channel::Data), (2, 51));
+    assert_eq!(t.c.gro_stats(Channel::Data), (1, 3));
+}
+
+#[test]
+fn without_gro_the_provider_reads_a_run_datagram_by_datagram() {
+    let (cfg, dev) = lo_1472_reading(true, true);
+    let mut a = Module::open(&dev, &cfg).unwrap();
+    let (plain_cfg, _) = lo_1472_reading(true, false);
+    let mut b = Module::open(&dev, &plain_cfg).unwrap();
+    assert!(!b.reads_runs(Channel::Data));
+    let to_b = a.insert_peer(&b.local_address()).unwrap();
+    let run: Vec<Vec<u8>> = (0..10).map(|i| pattern(1472, 50 + i as u8)).collect();
+    for d in &run {
+        let _ = post(&mut a, Channel::Data, &to_b, d);
+    }
+    a.flush_sends(Channel::Data).unwrap();
+    assert_eq!(a.batch_stats(Channel::Data), (1, 10));
+    expect_datagrams(&mut b, Channel::Data, &run);
+    assert_eq!(b.gro_stats(Channel::Data), (0, 0));
+}
+
+#[test]
+fn a_run_read_at_once_lands_one_datagram_per_buffer_and_buffers_come_back() {
+    let mut t = batching_sender_and_two_receivers();
+    let total = t.b.rx_buffers(Channel::Data);
+    // More runs than the receiver has buffers: they must come back to be read into again.
+    let runs = total / 44 + 3;
+    for r in 0..runs {
+        let run: Vec<Vec<u8>> = (0..44).map(|i| pattern(1472, (r + i) as u8)).collect();
+        for d in &run {
+            let _ = post(&mut t.a, Channel::Data, &t.to_b, d);
+        }
+        t.a.flush_sends(Channel::Data).unwrap();
+        expect_datagrams(&mut t.b, Channel::Data, &run);
+    }
+    assert_eq!(
+        t.b.gro_stats(Channel::Data),
+        (runs as u64, 44 * runs as u64)
+    );
 }
 
 #[test]

@@ -3,7 +3,8 @@
 use super::bufpool::Slab;
 use super::error::{check, strerror, FabricError};
 use super::fid::Fid;
-use super::gso::{Batch, Dest, FlushError};
+use super::gro::{Gro, Layout, READ_BUFS};
+use super::gso::{Batch, Dest, FlushError, MAX_BATCH_BYTES as MAX_RUN_BYTES};
 use super::info::OwnedInfo;
 use super::module::{BufId, Completion, Op, Posted};
 use super::sys;
@@ -16,6 +17,8 @@ pub(crate) struct SocketUse {
     pub tune: bool,
     /// Batch sends (`gso.rs`).
     pub batch: bool,
+    /// Read runs of datagrams from the socket instead of through the provider (`gro.rs`).
+    pub read: bool,
 }
 
 /// Queue sizes and datagram size of one channel.
@@ -96,6 +99,10 @@ pub(crate) struct ChannelRes {
     pub(crate) socket_buffers: Option<(usize, usize)>,
     /// Datagrams waiting to leave together in one system call (udp provider, `gso.rs`).
     batch: Option<Batch>,
+    /// Reads the socket in runs of datagrams (udp provider, `gro.rs`). The provider is then
+    /// given no receive buffer (it reads only into posted ones), and `reposts` holds the free
+    /// ones.
+    gro: Option<Gro>,
     tx_free: Vec<u32>,
     tx_state: Vec<TxState>,
     rx_state: Vec<RxState>,
@@ -189,6 +196,17 @@ impl ChannelRes {
         let batch = socket
             .filter(|_| socket_use.batch && prefix == 0 && !need_mr)
             .and_then(|fd| Batch::new(fd, sizes.mtu));
+        // Where datagrams are too large to run together (65507 bytes on `lo`) nothing would
+        // be read in runs, and the provider's reads stay; enough buffers for one read needed.
+        let gro = socket
+            .filter(|_| {
+                socket_use.read
+                    && prefix == 0
+                    && !need_mr
+                    && 2 * sizes.mtu <= MAX_RUN_BYTES
+                    && sizes.rd >= 2 * READ_BUFS
+            })
+            .and_then(|fd| Gro::new(fd, sizes.mtu));
 
         // Receive buffers get one spare byte: a datagram longer than the MTU fills it, which is
         // how an oversized (and, by the provider, silently truncated) datagram is detected.
@@ -236,6 +254,7 @@ impl ChannelRes {
             name,
             socket_buffers,
             batch,
+            gro,
             tx_free: (0..sizes.sd as u32).rev().collect(),
             tx_state: vec![TxState::Free; sizes.sd],
             rx_state: vec![RxState::Queued; sizes.rd],
@@ -429,6 +448,14 @@ impl ChannelRes {
         self.batch
             .as_ref()
             .map_or((0, 0), |b| (b.batches, b.batched))
+    }
+
+    pub(crate) fn reads_runs(&self) -> bool {
+        self.gro.is_some()
+    }
+
+    pub(crate) fn gro_stats(&self) -> (u64, u64) {
+        self.gro.as_ref().map_or((0, 0), |g| (g.reads, g.datagrams))
     }
 
     /// Copies the first `len` bytes of lent send buffer `buf` and `body` into the batch for
@@ -632,8 +659,12 @@ impl ChannelRes {
         self.flush()
     }
 
-    /// Post the queued receive buffers, `FI_MORE` on all but the last.
+    /// Post the queued receive buffers, `FI_MORE` on all but the last. Reading runs, the
+    /// buffers stay with us.
     pub(crate) fn flush(&mut self) -> Result<(), FabricError> {
+        if self.gro.is_some() {
+            return Ok(());
+        }
         // Indexed rather than taken, so the queue keeps its allocation from call to call.
         let n = self.reposts.len();
         for k in 0..n {
@@ -698,7 +729,60 @@ impl ChannelRes {
             }
             got += ret as usize;
         }
+        if self.gro.is_some() && got < max && !(stop_after_recv && received) {
+            self.read_runs(max - got, stop_after_recv, out);
+        }
         Ok(())
+    }
+
+    /// Reads runs of datagrams from the socket (`gro.rs`) until it is empty, `max`
+    /// datagrams are out (a run is never split: one read may overshoot), or, with `first`,
+    /// after the first run. Each datagram is a `Completion::Recv` of a buffer of its own, as
+    /// from the provider. A failed read ends the pass (the provider ignored them as well).
+    fn read_runs(&mut self, max: usize, first: bool, out: &mut Vec<Completion>) {
+        let mut got = 0;
+        while got < max && self.reposts.len() >= READ_BUFS {
+            let Some(gro) = self.gro.as_mut() else {
+                return;
+            };
+            let at = self.reposts.len() - READ_BUFS;
+            let mut bufs = [std::ptr::null_mut(); READ_BUFS];
+            for (b, &i) in bufs.iter_mut().zip(&self.reposts[at..]) {
+                *b = self.rx.at(i as usize);
+            }
+            // SAFETY: the buffers are free ones (`reposts`, neither posted nor lent), distinct
+            // slab entries of `mtu + 1` bytes each (no prefix on this path), and the slab
+            // outlives the call.
+            let layout = match unsafe { gro.read(&bufs) } {
+                Ok(Some(l)) => l,
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::debug!("recvmsg on the data socket: {}", strerror(e));
+                    return;
+                }
+            };
+            match layout {
+                Layout::Split {
+                    count, size, last, ..
+                } => {
+                    for (k, &i) in self.reposts[at..at + count].iter().enumerate() {
+                        self.rx_state[i as usize] = RxState::Lent;
+                        let len = if k + 1 == count { last } else { size };
+                        out.push(Completion::Recv { buf: BufId(i), len });
+                    }
+                    self.reposts.drain(at..at + count);
+                    got += count;
+                }
+                Layout::Oversize { len } => out.push(Completion::Error {
+                    op: Op::Recv,
+                    buf: BufId(self.reposts[at]),
+                    error: oversize(len, self.mtu),
+                }),
+            }
+            if first {
+                return;
+            }
+        }
     }
 
     fn complete(&mut self, ctx: *mut c_void, len: usize) -> Option<Completion> {
@@ -721,14 +805,7 @@ impl ChannelRes {
                     Some(Completion::Error {
                         op: Op::Recv,
                         buf,
-                        error: FabricError {
-                            call: "fi_cq_read",
-                            code: sys::FI_ETRUNC as i32,
-                            message: format!(
-                                "received datagram of {len} bytes or more does not fit the channel MTU of {} bytes; dropped",
-                                self.mtu
-                            ),
-                        },
+                        error: oversize(len, self.mtu),
                     })
                 }
             }
@@ -789,5 +866,16 @@ impl ChannelRes {
         } else {
             Err(error)
         }
+    }
+}
+
+/// The error of a received datagram longer than the channel MTU (`len`: what was seen of it).
+fn oversize(len: usize, mtu: usize) -> FabricError {
+    FabricError {
+        call: "fi_cq_read",
+        code: sys::FI_ETRUNC as i32,
+        message: format!(
+            "received datagram of {len} bytes or more does not fit the channel MTU of {mtu} bytes; dropped"
+        ),
     }
 }

@@ -34,6 +34,9 @@ pub struct FabricConfig {
     /// Send runs of full data-channel datagrams to one peer with one system call (`udp`
     /// provider, `UDP_SEGMENT`; `gso.rs`). Default true.
     pub gso: bool,
+    /// Read runs of data-channel datagrams with one system call (`udp` provider,
+    /// `UDP_GRO`; `gro.rs`). Default true.
+    pub gro: bool,
 }
 
 impl Default for FabricConfig {
@@ -52,6 +55,7 @@ impl Default for FabricConfig {
             cq_num: -1,
             include_loopback: false,
             gso: true,
+            gro: true,
         }
     }
 }

@@ -15,8 +15,8 @@
 use super::sys;
 use std::os::fd::RawFd;
 
-/// Largest UDP payload over IPv4, which bounds the whole batch.
-const MAX_BATCH_BYTES: usize = 65507;
+/// Largest UDP payload over IPv4, which bounds the whole batch (and a run read at once).
+pub(crate) const MAX_BATCH_BYTES: usize = 65507;
 /// The kernel refuses more segments than this per send (`UDP_MAX_SEGMENTS`, 64 before 6.x).
 const MAX_SEGMENTS: usize = 64;
 

@@ -294,10 +294,12 @@ impl Module {
             SocketUse {
                 tune: udp,
                 batch: false,
+                read: false,
             },
             SocketUse {
                 tune: udp,
                 batch: udp && cfg.gso,
+                read: udp && cfg.gro,
             },
         );
         let priority = ChannelRes::open(&domain, &av, &owned, prio, need_mr, prefix, tiny)?;
@@ -573,6 +575,18 @@ impl Module {
     /// (batched sends, datagrams they carried) of channel `c` so far.
     pub fn batch_stats(&self, c: Channel) -> (u64, u64) {
         self.channels[ch(c)].batch_stats()
+    }
+
+    /// Whether channel `c` reads its socket itself, runs of datagrams at a time (`gro.rs`):
+    /// the udp provider with `FabricConfig::gro`, datagrams small enough to run together
+    /// (not on `lo`'s 65507 bytes), and a kernel with `UDP_GRO`.
+    pub fn reads_runs(&self, c: Channel) -> bool {
+        self.channels[ch(c)].reads_runs()
+    }
+
+    /// (reads that returned more than one datagram, datagrams they returned) of channel `c`.
+    pub fn gro_stats(&self, c: Channel) -> (u64, u64) {
+        self.channels[ch(c)].gro_stats()
     }
 
     /// Inject faults from now on (see `fault.rs` for the exact semantics); an all-zero

@@ -113,6 +113,7 @@ fn fabric_config(s: &Settings) -> Result<FabricConfig, ParamError> {
         // between two ranks of one host). An explicit if_include decides alone.
         include_loopback: d.include_loopback || (s.same_node && s.if_include.is_none()),
         gso: s.gso,
+        gro: s.gro,
     })
 }
 
@@ -492,10 +493,11 @@ pub fn stats_line(
         let _ = write!(line, " {k}={}", v.saturating_sub(b));
     }
     let (gso_sends, gso_datagrams) = st.fabric.batch_stats(Channel::Data);
+    let (gro_reads, gro_datagrams) = st.fabric.gro_stats(Channel::Data);
     let _ = write!(
         line,
         " oversize_recvs={} puts={} gets={} frags_live={} gso_sends={gso_sends} \
-         gso_datagrams={gso_datagrams}",
+         gso_datagrams={gso_datagrams} gro_reads={gro_reads} gro_datagrams={gro_datagrams}",
         st.oversize_recvs, st.puts, st.gets, st.frags.live
     );
     if faults {

@@ -52,6 +52,7 @@ pub struct usnic_rs_params_t {
     pub lent_copy_limit: c_int,
     pub rdma: *mut c_char,
     pub gso: bool,
+    pub gro: bool,
     /// Fault injector (hidden, level 9): seed, percentages 0..100, delay.
     pub fault_seed: c_int,
     pub fault_send_drop: f64,
@@ -110,6 +111,8 @@ pub struct Settings {
     pub rdma: (bool, bool),
     /// Batched data-channel sends (`fabric/gso.rs`).
     pub gso: bool,
+    /// Data-channel datagrams read in runs (`fabric/gro.rs`).
+    pub gro: bool,
     /// Fault injection for every module (`seed` not yet mixed with rank and module index);
     /// `None` when every percentage is 0.
     pub faults: Option<FaultConfig>,
@@ -376,6 +379,7 @@ impl Settings {
             lent_copy_limit: at_least("lent_copy_limit", p.lent_copy_limit, 0)? as usize,
             rdma: parse_rdma(opt_string("rdma", p.rdma)?.as_deref())?,
             gso: p.gso,
+            gro: p.gro,
             faults: fault_config(p)?,
         })
     }
@@ -462,6 +466,7 @@ pub fn param_defaults() -> usnic_rs_params_t {
         lent_copy_limit: crate::proto::DEFAULT_LENT_COPY_BELOW as c_int,
         rdma: c"none".as_ptr() as *mut c_char,
         gso: true,
+        gro: true,
         fault_seed: 0,
         fault_send_drop: 0.0,
         fault_send_dup: 0.0,

@@ -1,0 +1,379 @@
+//! Runs of data-channel datagrams read with one system call (UDP generic receive offload,
+//! `UDP_GRO`, Linux 5.0).
+//!
+//! The udp provider reads one datagram per `fi_cq_read`: a lock, a `recvmsg` and a completion
+//! each. A run the peer sent in one `sendmsg` (`gso.rs`) crosses a veth or loopback as one
+//! packet; with `UDP_GRO` set on the receiving socket the kernel queues it whole instead of
+//! cutting it apart, and one `recvmsg` returns all its datagrams back to back with their size
+//! in a control message. Given one buffer per datagram, each of the channel's MTU, the kernel's
+//! copy leaves every datagram in a buffer of its own, where the provider would have put it.
+//!
+//! The provider reads its socket only into receive buffers posted to it, so a channel that
+//! reads here posts none (`channel.rs`) and the socket is ours alone.
+use super::sys;
+use std::os::fd::RawFd;
+
+/// Buffers one read offers: the kernel coalesces at most 64 datagrams (`UDP_GRO_CNT_MAX`).
+pub(crate) const READ_BUFS: usize = 64;
+
+/// Where the datagrams of one read lie.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// `count` datagrams, one per buffer from the first: `size` bytes each but the last,
+    /// which has `last`. With `moved`, they were smaller than a buffer and have been moved
+    /// from where the kernel's copy put them (`Gro::resplit`).
+    Split {
+        count: usize,
+        size: usize,
+        last: usize,
+        moved: bool,
+    },
+    /// A datagram longer than the channel MTU (or cut short by the kernel): all dropped, as a
+    /// provider's truncated receive is.
+    Oversize { len: usize },
+}
+
+/// How `len` bytes read into buffers of `seg` bytes divide into datagrams when the kernel
+/// says they were `gso`-byte datagrams (None: one datagram), `truncated` if the run did not
+/// fit the `bufs` buffers offered.
+pub(crate) fn layout(
+    len: usize,
+    gso: Option<usize>,
+    seg: usize,
+    bufs: usize,
+    truncated: bool,
+) -> Layout {
+    let size = match gso {
+        Some(g) if g > 0 && g < len => g,
+        _ => len,
+    };
+    if truncated || size > seg {
+        return Layout::Oversize { len };
+    }
+    let count = len.div_ceil(size.max(1)).max(1);
+    if count > bufs {
+        // More datagrams than buffers (the kernel never coalesces more than `READ_BUFS`).
+        return Layout::Oversize { len };
+    }
+    Layout::Split {
+        count,
+        size,
+        last: len - (count - 1) * size,
+        moved: count > 1 && size != seg,
+    }
+}
+
+/// One channel's reader.
+pub(crate) struct Gro {
+    fd: RawFd,
+    /// Every buffer's length: the channel MTU.
+    seg: usize,
+    /// Bytes of a read whose datagrams are moved (`resplit`).
+    scratch: Vec<u8>,
+    /// Reads that returned more than one datagram, and the datagrams they returned.
+    pub reads: u64,
+    pub datagrams: u64,
+}
+
+impl Gro {
+    /// A reader for socket `fd`, whose datagrams are at most `seg` bytes; None where the kernel
+    /// refuses `UDP_GRO` (the provider then reads the socket as before).
+    pub(crate) fn new(fd: RawFd, seg: usize) -> Option<Gro> {
+        let on: libc::c_int = 1;
+        // SAFETY: a valid int and its size; a kernel without the option says ENOPROTOOPT.
+        let r = unsafe {
+            libc::setsockopt(
+                fd,
+                sys::SOL_UDP as libc::c_int,
+                sys::UDP_GRO as libc::c_int,
+                (&on as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        (r == 0).then(|| Gro {
+            fd,
+            seg,
+            scratch: Vec::new(),
+            reads: 0,
+            datagrams: 0,
+        })
+    }
+
+    /// Reads the next waiting run into `bufs`, in order, and returns how its bytes lie in them
+    /// (moved where the datagrams were smaller than a buffer); None when nothing is waiting,
+    /// the errno of a failed read.
+    ///
+    /// # Safety
+    /// Every pointer in `bufs` must point at `seg` writable bytes that nothing else reads or
+    /// writes during the call, and no two may overlap.
+    pub(crate) unsafe fn read(&mut self, bufs: &[*mut u8]) -> Result<Option<Layout>, i32> {
+        let mut iovs = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; READ_BUFS];
+        let n = bufs.len().min(READ_BUFS);
+        for (iov, &b) in iovs.iter_mut().zip(&bufs[..n]) {
+            iov.iov_base = b.cast();
+            iov.iov_len = self.seg;
+        }
+        // Room for one control message holding an int, aligned as cmsghdr wants.
+        let mut control = [0u64; 4];
+        // SAFETY: msghdr is plain data; all-zero is valid.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iovs.as_mut_ptr();
+        msg.msg_iovlen = n;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&control);
+        // SAFETY: the iovecs name `n` disjoint writable buffers of `seg` bytes (the caller's
+        // contract), the control buffer lives until the call returns; fd is the provider's
+        // socket, which outlives the endpoint that owns this reader.
+        let r = unsafe { libc::recvmsg(self.fd, &mut msg, libc::MSG_DONTWAIT) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO);
+            return if e == libc::EAGAIN || e == libc::EWOULDBLOCK {
+                Ok(None)
+            } else {
+                Err(e)
+            };
+        }
+        let len = r as usize;
+        let gso = gso_size(&msg);
+        let l = layout(len, gso, self.seg, n, msg.msg_flags & libc::MSG_TRUNC != 0);
+        if let Layout::Split {
+            count, size, moved, ..
+        } = l
+        {
+            if moved {
+                // SAFETY: the caller's contract, and the kernel wrote `len` bytes across them.
+                unsafe { self.resplit(&bufs[..count], len, size) };
+            }
+            if count > 1 {
+                self.reads += 1;
+                self.datagrams += count as u64;
+            }
+        }
+        Ok(Some(l))
+    }
+
+    /// The kernel's copy filled the buffers `seg` bytes each; datagrams of `size` bytes are
+    /// moved so that each starts a buffer of its own.
+    ///
+    /// # Safety
+    /// As `read`; `bufs` holds at least `len.div_ceil(size)` buffers, and the first
+    /// `len.div_ceil(seg)` of them hold the `len` bytes read.
+    unsafe fn resplit(&mut self, bufs: &[*mut u8], len: usize, size: usize) {
+        self.scratch.clear();
+        let mut left = len;
+        for &b in bufs {
+            if left == 0 {
+                break;
+            }
+            let k = left.min(self.seg);
+            // SAFETY: b holds `seg` >= k bytes written by the read.
+            self.scratch
+                .extend_from_slice(unsafe { std::slice::from_raw_parts(b, k) });
+            left -= k;
+        }
+        for (d, &b) in self.scratch.chunks(size).zip(bufs) {
+            // SAFETY: b has `seg` >= `size` >= d.len() writable bytes, scratch is ours.
+            unsafe { std::ptr::copy_nonoverlapping(d.as_ptr(), b, d.len()) };
+        }
+    }
+}
+
+/// The segment size the kernel reports for a coalesced read (an int; older kernels a u16).
+fn gso_size(msg: &libc::msghdr) -> Option<usize> {
+    // SAFETY: msg's control buffer was filled by recvmsg; CMSG_FIRSTHDR/NXTHDR stay inside
+    // msg_controllen, and CMSG_DATA of a header they return lies inside it.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == sys::SOL_UDP as libc::c_int
+                && (*c).cmsg_type == sys::UDP_GRO as libc::c_int
+            {
+                let data = libc::CMSG_DATA(c);
+                let room = (*c).cmsg_len as usize - (data as usize - c as usize);
+                return Some(if room >= 4 {
+                    std::ptr::read_unaligned(data.cast::<i32>()) as usize
+                } else {
+                    std::ptr::read_unaligned(data.cast::<u16>()) as usize
+                });
+            }
+            c = libc::CMSG_NXTHDR(msg, c);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::gso::{Batch, Dest};
+    use super::*;
+    use std::net::UdpSocket;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn layouts() {
+        let l = |len, gso, trunc| layout(len, gso, 1472, 64, trunc);
+        let split = |count, size, last, moved| Layout::Split {
+            count,
+            size,
+            last,
+            moved,
+        };
+        assert_eq!(l(100, None, false), split(1, 100, 100, false));
+        assert_eq!(l(1472, None, false), split(1, 1472, 1472, false));
+        assert_eq!(l(1473, None, false), Layout::Oversize { len: 1473 });
+        assert_eq!(
+            l(1472 * 44, Some(1472), false),
+            split(44, 1472, 1472, false)
+        );
+        assert_eq!(l(1472 * 3 + 5, Some(1472), false), split(4, 1472, 5, false));
+        assert_eq!(l(1000 * 7 + 1, Some(1000), false), split(8, 1000, 1, true));
+        assert_eq!(
+            l(1500 * 2, Some(1500), false),
+            Layout::Oversize { len: 3000 }
+        );
+        assert_eq!(l(100, Some(100), false), split(1, 100, 100, false));
+        assert_eq!(l(900, Some(1472), false), split(1, 900, 900, false));
+        assert_eq!(l(64, Some(1472), true), Layout::Oversize { len: 64 });
+        assert_eq!(
+            layout(10 * 100, Some(100), 1472, 8, false),
+            Layout::Oversize { len: 1000 },
+            "more datagrams than buffers"
+        );
+    }
+
+    fn dest(s: &UdpSocket) -> Dest {
+        let std::net::SocketAddr::V4(a) = s.local_addr().unwrap() else {
+            panic!("not IPv4")
+        };
+        Dest {
+            ip: u32::from(*a.ip()).to_be(),
+            port: a.port().to_be(),
+        }
+    }
+
+    /// `bufs` buffers of `seg` bytes and the reader for a fresh socket.
+    struct Rx {
+        sock: UdpSocket,
+        gro: Gro,
+        mem: Vec<Vec<u8>>,
+    }
+
+    impl Rx {
+        fn new(seg: usize) -> Rx {
+            let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let gro = Gro::new(sock.as_raw_fd(), seg).expect("UDP_GRO on this kernel");
+            Rx {
+                sock,
+                gro,
+                mem: vec![vec![0u8; seg]; READ_BUFS],
+            }
+        }
+
+        /// Waits (up to 2 s) for a read that returns something.
+        fn read(&mut self) -> Layout {
+            let t = std::time::Instant::now();
+            loop {
+                let ptrs: Vec<*mut u8> = self.mem.iter_mut().map(|b| b.as_mut_ptr()).collect();
+                // SAFETY: READ_BUFS distinct Vecs of `seg` bytes, borrowed for the call.
+                if let Some(l) = unsafe { self.gro.read(&ptrs) }.unwrap() {
+                    return l;
+                }
+                assert!(t.elapsed().as_secs() < 2, "nothing arrived");
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    fn batch_of(tx: &UdpSocket, seg: usize, to: Dest, datagrams: &[Vec<u8>]) {
+        let mut b = Batch::new(tx.as_raw_fd(), seg).unwrap();
+        for d in datagrams {
+            b.push(to, [d, &[], &[]]);
+        }
+        b.flush().unwrap();
+    }
+
+    fn pattern(i: usize, len: usize) -> Vec<u8> {
+        (0..len).map(|k| (i * 31 + k) as u8).collect()
+    }
+
+    #[test]
+    fn a_batch_is_read_whole_one_datagram_per_buffer() {
+        let mut rx = Rx::new(1472);
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let sent: Vec<Vec<u8>> = (0..10)
+            .map(|i| pattern(i, if i == 9 { 77 } else { 1472 }))
+            .collect();
+        batch_of(&tx, 1472, dest(&rx.sock), &sent);
+        assert_eq!(
+            rx.read(),
+            Layout::Split {
+                count: 10,
+                size: 1472,
+                last: 77,
+                moved: false
+            }
+        );
+        for (i, d) in sent.iter().enumerate() {
+            assert_eq!(&rx.mem[i][..d.len()], &d[..], "datagram {i}");
+        }
+        assert_eq!((rx.gro.reads, rx.gro.datagrams), (1, 10));
+    }
+
+    #[test]
+    fn datagrams_smaller_than_a_buffer_are_moved_one_per_buffer() {
+        // A peer with a smaller MTU batches 1000-byte datagrams.
+        let mut rx = Rx::new(1472);
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let sent: Vec<Vec<u8>> = (0..5).map(|i| pattern(i, 1000)).collect();
+        batch_of(&tx, 1000, dest(&rx.sock), &sent);
+        let l = rx.read();
+        assert_eq!(
+            l,
+            Layout::Split {
+                count: 5,
+                size: 1000,
+                last: 1000,
+                moved: true
+            }
+        );
+        for (i, d) in sent.iter().enumerate() {
+            assert_eq!(&rx.mem[i][..1000], &d[..], "datagram {i}");
+        }
+    }
+
+    #[test]
+    fn a_lone_datagram_and_an_oversized_one() {
+        let mut rx = Rx::new(1472);
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = rx.sock.local_addr().unwrap();
+        tx.send_to(&pattern(3, 200), to).unwrap();
+        assert_eq!(
+            rx.read(),
+            Layout::Split {
+                count: 1,
+                size: 200,
+                last: 200,
+                moved: false
+            }
+        );
+        assert_eq!(&rx.mem[0][..200], &pattern(3, 200)[..]);
+        tx.send_to(&pattern(4, 1473), to).unwrap();
+        assert_eq!(rx.read(), Layout::Oversize { len: 1473 });
+        tx.send_to(&pattern(5, 1472), to).unwrap();
+        assert!(matches!(rx.read(), Layout::Split { count: 1, .. }));
+        assert_eq!(rx.gro.reads, 0, "no read returned more than one datagram");
+    }
+
+    #[test]
+    fn nothing_waiting_is_none() {
+        let mut rx = Rx::new(1472);
+        let ptrs: Vec<*mut u8> = rx.mem.iter_mut().map(|b| b.as_mut_ptr()).collect();
+        // SAFETY: as in Rx::read.
+        assert_eq!(unsafe { rx.gro.read(&ptrs) }, Ok(None));
+    }
+}
