@@ -252,7 +252,7 @@ class Run:
 
 
 def raw_stream_job(batched):
-    """The raw stream's job: one datagram per send (the floor), or runs sent as btl_usnic_gso does."""
+    """The raw stream's job: one datagram per send (the floor), or runs sent and read as btl_usnic_gso and btl_usnic_gro do."""
     return "raw_stream_batched" if batched else "raw_stream"
 
 
@@ -445,7 +445,7 @@ def targets(run):
         # raw stream sending the same way shows what that path allows (bench/raw-across-hosts.sh).
         after_raw = [tid for tid, _ in t].index("bw_raw_full") + 1
         t[after_raw:after_raw] = [
-            ("bw_raw_batched", Target("bandwidth 64 KiB–4 MiB vs raw streaming of the same message size, sends batched as btl_usnic_gso does", 0.9, False, report=True)),
+            ("bw_raw_batched", Target("bandwidth 64 KiB–4 MiB vs raw streaming of the same message size, sends and reads batched as btl_usnic_gso and btl_usnic_gro do", 0.9, False, report=True)),
             ("bibw_cores_batched", Target("bidirectional / unidirectional, over the batched raw stream's both-ways / one-way ratio", 1.0, False, report=True)),
         ]
     for p in run.loss:
@@ -717,7 +717,7 @@ def summary(run):
                      % (RAW_BIDIR_HOW[0], fmt(rs[RAW_BIDIR]), rs[RAW_BIDIR] / rs[RAW_FULL], fmt(rs[RAW_FULL])))
             L.append("")
         if bench == "bibw" and RAW_BIDIR in bt and RAW_FULL in bt:
-            L.append("The same with runs of datagrams sent in one system call, as btl_usnic_gso does: "
+            L.append("The same with runs of datagrams sent and read in one system call, as btl_usnic_gso and btl_usnic_gro do: "
                      "%s MB/s both ways, %.2f× its one-way %s MB/s."
                      % (fmt(bt[RAW_BIDIR]), bt[RAW_BIDIR] / bt[RAW_FULL], fmt(bt[RAW_FULL])))
             L.append("")

@@ -594,17 +594,19 @@ fn phases(mtu: usize) -> Vec<(usize, Vec<usize>)> {
     v
 }
 
-/// The floor is libfabric's own send, one call per datagram: the BTL's batched sends
-/// (`btl_usnic_gso`) are off here.
+/// The floor is libfabric's own send and receive, one call per datagram: the BTL's batched
+/// sends and reads (`btl_usnic_gso`, `btl_usnic_gro`) are off here.
 fn raw_config() -> FabricConfig {
     FabricConfig {
         gso: false,
+        gro: false,
         ..Default::default()
     }
 }
 
-/// Across hosts, `USNIC_RAW_GSO=1` sends the data channel's datagrams the way the BTL does
-/// (`btl_usnic_gso`: runs of full datagrams in one system call), for a second reference.
+/// Across hosts, `USNIC_RAW_GSO=1` sends and reads the data channel's datagrams the way the
+/// BTL does (`btl_usnic_gso` and `btl_usnic_gro`: runs of datagrams in one system call each
+/// way), for a second reference.
 fn batched() -> bool {
     std::env::var("USNIC_RAW_GSO").is_ok_and(|v| v == "1")
 }
@@ -623,6 +625,7 @@ fn flush(m: &mut Module) {
 fn default_device() -> (DeviceInfo, FabricConfig) {
     let cfg = FabricConfig {
         gso: batched(),
+        gro: batched(),
         ..raw_config()
     };
     let dev = discover(&cfg)
@@ -654,7 +657,7 @@ fn serve(addr_file: &str) {
         dev.ipv4,
         dev.if_mtu,
         if batched() {
-            ", sends batched as btl_usnic_gso does"
+            ", sends and reads batched as btl_usnic_gso and btl_usnic_gro do"
         } else {
             ""
         }
