@@ -246,16 +246,6 @@ mod tests {
         );
     }
 
-    fn dest(s: &UdpSocket) -> Dest {
-        let std::net::SocketAddr::V4(a) = s.local_addr().unwrap() else {
-            panic!("not IPv4")
-        };
-        Dest {
-            ip: u32::from(*a.ip()).to_be(),
-            port: a.port().to_be(),
-        }
-    }
-
     /// `bufs` buffers of `seg` bytes and the reader for a fresh socket.
     struct Rx {
         sock: UdpSocket,
@@ -308,7 +298,7 @@ mod tests {
         let sent: Vec<Vec<u8>> = (0..10)
             .map(|i| pattern(i, if i == 9 { 77 } else { 1472 }))
             .collect();
-        batch_of(&tx, 1472, dest(&rx.sock), &sent);
+        batch_of(&tx, 1472, Dest::of(&rx.sock), &sent);
         assert_eq!(
             rx.read(),
             Layout::Split {
@@ -330,7 +320,7 @@ mod tests {
         let mut rx = Rx::new(1472);
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
         let sent: Vec<Vec<u8>> = (0..5).map(|i| pattern(i, 1000)).collect();
-        batch_of(&tx, 1000, dest(&rx.sock), &sent);
+        batch_of(&tx, 1000, Dest::of(&rx.sock), &sent);
         let l = rx.read();
         assert_eq!(
             l,

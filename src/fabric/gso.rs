@@ -28,6 +28,18 @@ pub(crate) struct Dest {
 }
 
 impl Dest {
+    /// Where a test's socket is bound.
+    #[cfg(test)]
+    pub(crate) fn of(s: &std::net::UdpSocket) -> Dest {
+        let std::net::SocketAddr::V4(a) = s.local_addr().unwrap() else {
+            panic!("not IPv4")
+        };
+        Dest {
+            ip: u32::from(*a.ip()).to_be(),
+            port: a.port().to_be(),
+        }
+    }
+
     fn sockaddr(self) -> libc::sockaddr_in {
         libc::sockaddr_in {
             sin_family: libc::AF_INET as libc::sa_family_t,
@@ -246,13 +258,7 @@ mod tests {
     use std::os::fd::AsRawFd;
 
     fn dest(s: &UdpSocket) -> Dest {
-        let std::net::SocketAddr::V4(a) = s.local_addr().unwrap() else {
-            panic!("not IPv4")
-        };
-        Dest {
-            ip: u32::from(*a.ip()).to_be(),
-            port: a.port().to_be(),
-        }
+        Dest::of(s)
     }
 
     fn pair() -> (UdpSocket, UdpSocket) {
