@@ -9,8 +9,15 @@ const CHANNELS: [Channel; 2] = [Channel::Priority, Channel::Data];
 const LEN: usize = 200;
 
 fn pair() -> (Module, Module, PeerAddr) {
+    pair_capped(0)
+}
+
+/// `pair` with data datagrams of at most `mtu_cap` bytes (0: `lo`'s 65507). At 1472, as across
+/// hosts at MTU 1500, the data channel reads its socket itself, in runs (`btl_usnic_gro`).
+fn pair_capped(mtu_cap: usize) -> (Module, Module, PeerAddr) {
     let cfg = FabricConfig {
         if_include: parse_if_list("lo").unwrap(),
+        mtu_cap,
         ..Default::default()
     };
     let dev = discover(&cfg)
@@ -262,7 +269,17 @@ fn send_dup_fraction_and_no_leak() {
 
 #[test]
 fn recv_drop_and_dup_fractions() {
-    let (mut a, mut b, to_b) = pair();
+    recv_drop_and_dup_fractions_with(0);
+}
+
+#[test]
+fn recv_drop_and_dup_fractions_on_a_channel_reading_runs() {
+    recv_drop_and_dup_fractions_with(1472);
+}
+
+fn recv_drop_and_dup_fractions_with(mtu_cap: usize) {
+    let (mut a, mut b, to_b) = pair_capped(mtu_cap);
+    assert_eq!(b.reads_runs(Channel::Data), mtu_cap == 1472);
     b.set_faults(FaultConfig {
         seed: 99,
         recv_drop: 0.05,

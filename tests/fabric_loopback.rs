@@ -1,7 +1,7 @@
 //! Two modules on `lo` exchanging datagrams through the udp provider.
 use usnic_rs::fabric::{
-    default_rd_num, discover, parse_if_list, Completion, DeviceInfo, FabricConfig, Module, Op,
-    PeerAddr, Posted, DATA_RX_BYTES, LOCAL_ADDRESS_LEN,
+    default_rd_num, discover, parse_if_list, BufId, Completion, DeviceInfo, FabricConfig, Module,
+    Op, PeerAddr, Posted, DATA_RX_BYTES, LOCAL_ADDRESS_LEN,
 };
 use usnic_rs::proto::Channel;
 
@@ -703,6 +703,71 @@ fn without_gro_the_provider_reads_a_run_datagram_by_datagram() {
     assert_eq!(a.batch_stats(Channel::Data), (1, 10));
     expect_datagrams(&mut b, Channel::Data, &run);
     assert_eq!(b.gro_stats(Channel::Data), (0, 0));
+}
+
+/// Polls `m`'s data channel until `n` datagrams arrived (bounded), without reposting them.
+fn hold_datagrams(m: &mut Module, n: usize) -> Vec<(BufId, Vec<u8>)> {
+    let mut held = Vec::new();
+    let mut out = Vec::new();
+    for _ in 0..200_000 {
+        if held.len() >= n {
+            break;
+        }
+        out.clear();
+        m.poll(Channel::Data, 64, &mut out).unwrap();
+        for c in &out {
+            if let Completion::Recv { buf, len } = *c {
+                held.push((buf, m.rx_bytes(Channel::Data, buf, len).to_vec()));
+            }
+        }
+    }
+    held
+}
+
+#[test]
+fn a_channel_whose_caller_holds_most_buffers_still_reads_what_fits() {
+    let mut t = batching_sender_and_two_receivers();
+    let total = t.b.rx_buffers(Channel::Data);
+    // b keeps all but 10 of its receive buffers (a caller reassembling, or slow to return).
+    let mut held = Vec::new();
+    while held.len() < total - 10 {
+        let n = (total - 10 - held.len()).min(44);
+        for i in 0..n {
+            let _ = post(&mut t.a, Channel::Data, &t.to_b, &pattern(1472, i as u8));
+        }
+        t.a.flush_sends(Channel::Data).unwrap();
+        let got = hold_datagrams(&mut t.b, n);
+        assert_eq!(
+            got.len(),
+            n,
+            "the channel stopped reading with {} buffers free",
+            total - held.len()
+        );
+        held.extend(got);
+    }
+    assert_eq!(held.len(), total - 10);
+    // A run of 44 now finds 10 free buffers: the first 10 land, the rest are lost as on a
+    // wire (the protocol repairs them); the channel does not stop reading.
+    let run: Vec<Vec<u8>> = (0..44).map(|i| pattern(1472, 100 + i as u8)).collect();
+    for d in &run {
+        let _ = post(&mut t.a, Channel::Data, &t.to_b, d);
+    }
+    t.a.flush_sends(Channel::Data).unwrap();
+    let got = hold_datagrams(&mut t.b, 10);
+    let got: Vec<Vec<u8>> = got.into_iter().map(|(_, d)| d).collect();
+    assert_eq!(got, run[..10].to_vec());
+    // Every buffer back: whole runs again.
+    for (buf, _) in held {
+        t.b.repost(Channel::Data, buf);
+    }
+    t.b.flush_reposts().unwrap();
+    let before = t.b.gro_stats(Channel::Data);
+    for d in &run {
+        let _ = post(&mut t.a, Channel::Data, &t.to_b, d);
+    }
+    t.a.flush_sends(Channel::Data).unwrap();
+    expect_datagrams(&mut t.b, Channel::Data, &run);
+    assert_eq!(t.b.gro_stats(Channel::Data), (before.0 + 1, before.1 + 44));
 }
 
 #[test]

@@ -49,16 +49,30 @@ fn stream_id(side: usize, ch: Channel) -> u8 {
 
 #[test]
 fn thousands_of_datagrams_lose_nothing() {
-    let sides = exchange(false);
+    let sides = exchange(false, false);
     // With 16 data send buffers and 48 datagrams allowed in flight, credits must have run out.
     assert!(sides.iter().all(|s| s.credit_waits > 0));
+}
+
+#[test]
+fn thousands_of_batched_datagrams_read_in_runs_lose_nothing() {
+    let sides = exchange(true, true);
+    // Every run one side sent arrived whole at the other and was read with one call.
+    for (me, other) in [(0, 1), (1, 0)] {
+        let (reads, datagrams) = sides[me].m.gro_stats(Channel::Data);
+        let (sends, batched) = sides[other].m.batch_stats(Channel::Data);
+        assert!(
+            reads > 0 && (reads, datagrams) == (sends, batched),
+            "side {me} read {reads} runs, {datagrams} datagrams; side {other} sent {sends}, {batched}"
+        );
+    }
 }
 
 #[test]
 fn thousands_of_batched_datagrams_lose_nothing() {
     // 3000-byte datagrams on lo: 21 fit one batched send. A full datagram (every 97th)
     // starts a batch that the next, shorter one closes, unless the pass ends between them.
-    let sides = exchange(true);
+    let sides = exchange(true, false);
     for s in &sides {
         assert_eq!(s.m.batch_room(Channel::Data), 21);
         let (sends, datagrams) = s.m.batch_stats(Channel::Data);
@@ -70,23 +84,27 @@ fn thousands_of_batched_datagrams_lose_nothing() {
 }
 
 /// Both sides send `PER_STREAM` datagrams on each channel and check every one they receive;
-/// with `gso` the data channel batches, and each pass ends with `flush_sends`.
-fn exchange(gso: bool) -> [Side; 2] {
+/// with `gso` the data channel batches, and each pass ends with `flush_sends`; with `reads`
+/// it has enough receive buffers to read runs itself (`btl_usnic_gro`), else the provider
+/// reads every datagram.
+fn exchange(gso: bool, reads: bool) -> [Side; 2] {
     let cfg = FabricConfig {
         if_include: parse_if_list("lo").unwrap(),
         // Data lengths sweep across the inject size (1472 here): some sends are injected,
         // the rest wait for completions, so credits still run out.
         mtu_cap: 3000,
         sd_num: 16,
-        rd_num: 32,
+        rd_num: if reads { 160 } else { 32 },
         prio_sd_num: 8,
         prio_rd_num: 16,
         gso,
+        gro: reads,
         ..Default::default()
     };
     let dev = discover(&cfg).unwrap().into_iter().next().expect("lo");
     let mut a = Module::open(&dev, &cfg).unwrap();
     let mut b = Module::open(&dev, &cfg).unwrap();
+    assert_eq!(a.reads_runs(Channel::Data), reads);
     let pa = b.insert_peer(&a.local_address()).unwrap();
     let pb = a.insert_peer(&b.local_address()).unwrap();
     let mk = |m, peer| Side {

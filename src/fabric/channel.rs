@@ -738,14 +738,18 @@ impl ChannelRes {
     /// Reads runs of datagrams from the socket (`gro.rs`) until it is empty, `max`
     /// datagrams are out (a run is never split: one read may overshoot), or, with `first`,
     /// after the first run. Each datagram is a `Completion::Recv` of a buffer of its own, as
-    /// from the provider. A failed read ends the pass (the provider ignored them as well).
+    /// from the provider. A read is offered up to `READ_BUFS` free buffers; with fewer free
+    /// (the caller holds many), what does not fit a run is lost like datagrams on a wire,
+    /// rather than the channel going deaf while its caller waits for them. A failed read
+    /// ends the pass (the provider ignored them as well).
     fn read_runs(&mut self, max: usize, first: bool, out: &mut Vec<Completion>) {
         let mut got = 0;
-        while got < max && self.reposts.len() >= READ_BUFS {
+        while got < max && !self.reposts.is_empty() {
             let Some(gro) = self.gro.as_mut() else {
                 return;
             };
-            let at = self.reposts.len() - READ_BUFS;
+            let k = self.reposts.len().min(READ_BUFS);
+            let at = self.reposts.len() - k;
             let mut bufs = [std::ptr::null_mut(); READ_BUFS];
             for (b, &i) in bufs.iter_mut().zip(&self.reposts[at..]) {
                 *b = self.rx.at(i as usize);
@@ -753,7 +757,7 @@ impl ChannelRes {
             // SAFETY: the buffers are free ones (`reposts`, neither posted nor lent), distinct
             // slab entries of `mtu + 1` bytes each (no prefix on this path), and the slab
             // outlives the call.
-            let layout = match unsafe { gro.read(&bufs) } {
+            let layout = match unsafe { gro.read(&bufs[..k]) } {
                 Ok(Some(l)) => l,
                 Ok(None) => return,
                 Err(e) => {
@@ -763,8 +767,15 @@ impl ChannelRes {
             };
             match layout {
                 Layout::Split {
-                    count, size, last, ..
+                    count,
+                    size,
+                    last,
+                    cut,
+                    ..
                 } => {
+                    if cut > 0 {
+                        tracing::debug!("{cut} datagrams of a run did not fit {k} free buffers");
+                    }
                     for (k, &i) in self.reposts[at..at + count].iter().enumerate() {
                         self.rx_state[i as usize] = RxState::Lent;
                         let len = if k + 1 == count { last } else { size };
@@ -773,11 +784,16 @@ impl ChannelRes {
                     self.reposts.drain(at..at + count);
                     got += count;
                 }
-                Layout::Oversize { len } => out.push(Completion::Error {
-                    op: Op::Recv,
-                    buf: BufId(self.reposts[at]),
-                    error: oversize(len, self.mtu),
-                }),
+                // The error names a buffer that stays free (as the provider path's, reposted
+                // before its error is returned): nothing was received into it.
+                Layout::Oversize { len } => {
+                    out.push(Completion::Error {
+                        op: Op::Recv,
+                        buf: BufId(self.reposts[at]),
+                        error: oversize(len, self.mtu),
+                    });
+                    got += 1;
+                }
             }
             if first {
                 return;

@@ -21,45 +21,50 @@ pub(crate) const READ_BUFS: usize = 64;
 pub(crate) enum Layout {
     /// `count` datagrams, one per buffer from the first: `size` bytes each but the last,
     /// which has `last`. With `moved`, they were smaller than a buffer and have been moved
-    /// from where the kernel's copy put them (`Gro::resplit`).
+    /// from where the kernel's copy put them (`Gro::resplit`). `cut` more datagrams of the
+    /// run did not fit the buffers offered and are gone, like datagrams lost on a wire.
     Split {
         count: usize,
         size: usize,
         last: usize,
         moved: bool,
+        cut: usize,
     },
-    /// A datagram longer than the channel MTU (or cut short by the kernel): all dropped, as a
-    /// provider's truncated receive is.
+    /// A datagram longer than the channel MTU (or whose size the kernel's report lost): dropped,
+    /// as a provider's truncated receive is.
     Oversize { len: usize },
 }
 
-/// How `len` bytes read into buffers of `seg` bytes divide into datagrams when the kernel
-/// says they were `gso`-byte datagrams (None: one datagram), `truncated` if the run did not
-/// fit the `bufs` buffers offered.
-pub(crate) fn layout(
-    len: usize,
-    gso: Option<usize>,
-    seg: usize,
-    bufs: usize,
-    truncated: bool,
-) -> Layout {
+/// How a run of `len` bytes (its whole length, also where it did not fit) read into `bufs`
+/// buffers of `seg` bytes divides into datagrams when the kernel says they were `gso`-byte
+/// datagrams (None: one datagram). Only whole datagrams that landed count.
+pub(crate) fn layout(len: usize, gso: Option<usize>, seg: usize, bufs: usize) -> Layout {
     let size = match gso {
         Some(g) if g > 0 && g < len => g,
         _ => len,
     };
-    if truncated || size > seg {
+    if size > seg || bufs == 0 {
         return Layout::Oversize { len };
     }
-    let count = len.div_ceil(size.max(1)).max(1);
-    if count > bufs {
-        // More datagrams than buffers (the kernel never coalesces more than `READ_BUFS`).
-        return Layout::Oversize { len };
-    }
+    let total = len.div_ceil(size.max(1)).max(1);
+    let copied = len.min(bufs * seg);
+    let count = if total <= bufs && copied == len {
+        total
+    } else {
+        // Fewer buffers than the run has datagrams (the channel had fewer free, or a foreign
+        // sender coalesced more than `READ_BUFS`): the whole ones that landed.
+        (copied / size.max(1)).min(bufs)
+    };
     Layout::Split {
         count,
         size,
-        last: len - (count - 1) * size,
+        last: if count == total {
+            len - (total - 1) * size
+        } else {
+            size
+        },
         moved: count > 1 && size != seg,
+        cut: total - count,
     }
 }
 
@@ -116,8 +121,9 @@ impl Gro {
             iov.iov_base = b.cast();
             iov.iov_len = self.seg;
         }
-        // Room for one control message holding an int, aligned as cmsghdr wants.
-        let mut control = [0u64; 4];
+        // Room for the segment size's control message (an int) and then some, aligned as
+        // cmsghdr wants: cut short, it could lose the size and make a run one datagram.
+        let mut control = [0u64; 8];
         // SAFETY: msghdr is plain data; all-zero is valid.
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
         msg.msg_iov = iovs.as_mut_ptr();
@@ -126,8 +132,9 @@ impl Gro {
         msg.msg_controllen = std::mem::size_of_val(&control);
         // SAFETY: the iovecs name `n` disjoint writable buffers of `seg` bytes (the caller's
         // contract), the control buffer lives until the call returns; fd is the provider's
-        // socket, which outlives the endpoint that owns this reader.
-        let r = unsafe { libc::recvmsg(self.fd, &mut msg, libc::MSG_DONTWAIT) };
+        // socket, which outlives the endpoint that owns this reader. MSG_TRUNC: the run's
+        // whole length comes back, also where it did not fit.
+        let r = unsafe { libc::recvmsg(self.fd, &mut msg, libc::MSG_DONTWAIT | libc::MSG_TRUNC) };
         if r < 0 {
             let e = std::io::Error::last_os_error()
                 .raw_os_error()
@@ -140,14 +147,19 @@ impl Gro {
         }
         let len = r as usize;
         let gso = gso_size(&msg);
-        let l = layout(len, gso, self.seg, n, msg.msg_flags & libc::MSG_TRUNC != 0);
+        if gso.is_none() && msg.msg_flags & libc::MSG_CTRUNC != 0 {
+            return Ok(Some(Layout::Oversize { len }));
+        }
+        let l = layout(len, gso, self.seg, n);
         if let Layout::Split {
             count, size, moved, ..
         } = l
         {
             if moved {
-                // SAFETY: the caller's contract, and the kernel wrote `len` bytes across them.
-                unsafe { self.resplit(&bufs[..count], len, size) };
+                let copied = len.min(n * self.seg);
+                // SAFETY: the caller's contract; the kernel wrote `copied` bytes across the
+                // first buffers, and `count` <= n.
+                unsafe { self.resplit(&bufs[..n], copied, size, count) };
             }
             if count > 1 {
                 self.reads += 1;
@@ -157,13 +169,13 @@ impl Gro {
         Ok(Some(l))
     }
 
-    /// The kernel's copy filled the buffers `seg` bytes each; datagrams of `size` bytes are
-    /// moved so that each starts a buffer of its own.
+    /// The kernel's copy filled the buffers `seg` bytes each; the first `count` datagrams of
+    /// `size` bytes are moved so that each starts a buffer of its own.
     ///
     /// # Safety
-    /// As `read`; `bufs` holds at least `len.div_ceil(size)` buffers, and the first
-    /// `len.div_ceil(seg)` of them hold the `len` bytes read.
-    unsafe fn resplit(&mut self, bufs: &[*mut u8], len: usize, size: usize) {
+    /// As `read`; `bufs` holds at least `count` buffers, and the first `len.div_ceil(seg)` of
+    /// them hold the `len` bytes read.
+    unsafe fn resplit(&mut self, bufs: &[*mut u8], len: usize, size: usize, count: usize) {
         self.scratch.clear();
         let mut left = len;
         for &b in bufs {
@@ -176,7 +188,7 @@ impl Gro {
                 .extend_from_slice(unsafe { std::slice::from_raw_parts(b, k) });
             left -= k;
         }
-        for (d, &b) in self.scratch.chunks(size).zip(bufs) {
+        for (d, &b) in self.scratch.chunks(size).zip(&bufs[..count]) {
             // SAFETY: b has `seg` >= `size` >= d.len() writable bytes, scratch is ours.
             unsafe { std::ptr::copy_nonoverlapping(d.as_ptr(), b, d.len()) };
         }
@@ -194,12 +206,16 @@ fn gso_size(msg: &libc::msghdr) -> Option<usize> {
                 && (*c).cmsg_type == sys::UDP_GRO as libc::c_int
             {
                 let data = libc::CMSG_DATA(c);
-                let room = (*c).cmsg_len as usize - (data as usize - c as usize);
-                return Some(if room >= 4 {
-                    std::ptr::read_unaligned(data.cast::<i32>()) as usize
-                } else {
-                    std::ptr::read_unaligned(data.cast::<u16>()) as usize
-                });
+                let room = ((*c).cmsg_len as usize).checked_sub(data as usize - c as usize);
+                return match room {
+                    Some(r) if r >= 4 => {
+                        Some(std::ptr::read_unaligned(data.cast::<i32>()) as usize)
+                    }
+                    Some(r) if r >= 2 => {
+                        Some(std::ptr::read_unaligned(data.cast::<u16>()) as usize)
+                    }
+                    _ => None,
+                };
             }
             c = libc::CMSG_NXTHDR(msg, c);
         }
@@ -216,34 +232,48 @@ mod tests {
 
     #[test]
     fn layouts() {
-        let l = |len, gso, trunc| layout(len, gso, 1472, 64, trunc);
+        let l = |len, gso| layout(len, gso, 1472, 64);
         let split = |count, size, last, moved| Layout::Split {
             count,
             size,
             last,
             moved,
+            cut: 0,
         };
-        assert_eq!(l(100, None, false), split(1, 100, 100, false));
-        assert_eq!(l(1472, None, false), split(1, 1472, 1472, false));
-        assert_eq!(l(1473, None, false), Layout::Oversize { len: 1473 });
+        assert_eq!(l(100, None), split(1, 100, 100, false));
+        assert_eq!(l(1472, None), split(1, 1472, 1472, false));
+        assert_eq!(l(1473, None), Layout::Oversize { len: 1473 });
+        assert_eq!(l(65507, None), Layout::Oversize { len: 65507 });
+        assert_eq!(l(1472 * 44, Some(1472)), split(44, 1472, 1472, false));
+        assert_eq!(l(1472 * 3 + 5, Some(1472)), split(4, 1472, 5, false));
+        assert_eq!(l(1000 * 7 + 1, Some(1000)), split(8, 1000, 1, true));
+        assert_eq!(l(1500 * 2, Some(1500)), Layout::Oversize { len: 3000 });
+        assert_eq!(l(100, Some(100)), split(1, 100, 100, false));
+        assert_eq!(l(900, Some(1472)), split(1, 900, 900, false));
+        assert_eq!(l(0, None), split(1, 0, 0, false), "an empty datagram");
+        // Fewer buffers than datagrams: the whole ones that landed, the rest cut.
         assert_eq!(
-            l(1472 * 44, Some(1472), false),
-            split(44, 1472, 1472, false)
+            layout(1472 * 10 + 7, Some(1472), 1472, 3),
+            Layout::Split {
+                count: 3,
+                size: 1472,
+                last: 1472,
+                moved: false,
+                cut: 8
+            }
         );
-        assert_eq!(l(1472 * 3 + 5, Some(1472), false), split(4, 1472, 5, false));
-        assert_eq!(l(1000 * 7 + 1, Some(1000), false), split(8, 1000, 1, true));
         assert_eq!(
-            l(1500 * 2, Some(1500), false),
-            Layout::Oversize { len: 3000 }
-        );
-        assert_eq!(l(100, Some(100), false), split(1, 100, 100, false));
-        assert_eq!(l(900, Some(1472), false), split(1, 900, 900, false));
-        assert_eq!(l(64, Some(1472), true), Layout::Oversize { len: 64 });
-        assert_eq!(
-            layout(10 * 100, Some(100), 1472, 8, false),
-            Layout::Oversize { len: 1000 },
+            layout(100 * 10, Some(100), 1472, 8),
+            Layout::Split {
+                count: 8,
+                size: 100,
+                last: 100,
+                moved: true,
+                cut: 2
+            },
             "more datagrams than buffers"
         );
+        assert_eq!(layout(100, None, 1472, 0), Layout::Oversize { len: 100 });
     }
 
     /// `bufs` buffers of `seg` bytes and the reader for a fresh socket.
@@ -266,9 +296,14 @@ mod tests {
 
         /// Waits (up to 2 s) for a read that returns something.
         fn read(&mut self) -> Layout {
+            self.read_into(READ_BUFS)
+        }
+
+        /// `read`, offering only the first `k` buffers.
+        fn read_into(&mut self, k: usize) -> Layout {
             let t = std::time::Instant::now();
             loop {
-                let ptrs: Vec<*mut u8> = self.mem.iter_mut().map(|b| b.as_mut_ptr()).collect();
+                let ptrs: Vec<*mut u8> = self.mem[..k].iter_mut().map(|b| b.as_mut_ptr()).collect();
                 // SAFETY: READ_BUFS distinct Vecs of `seg` bytes, borrowed for the call.
                 if let Some(l) = unsafe { self.gro.read(&ptrs) }.unwrap() {
                     return l;
@@ -305,7 +340,8 @@ mod tests {
                 count: 10,
                 size: 1472,
                 last: 77,
-                moved: false
+                moved: false,
+                cut: 0
             }
         );
         for (i, d) in sent.iter().enumerate() {
@@ -328,7 +364,8 @@ mod tests {
                 count: 5,
                 size: 1000,
                 last: 1000,
-                moved: true
+                moved: true,
+                cut: 0
             }
         );
         for (i, d) in sent.iter().enumerate() {
@@ -348,7 +385,8 @@ mod tests {
                 count: 1,
                 size: 200,
                 last: 200,
-                moved: false
+                moved: false,
+                cut: 0
             }
         );
         assert_eq!(&rx.mem[0][..200], &pattern(3, 200)[..]);
@@ -357,6 +395,40 @@ mod tests {
         tx.send_to(&pattern(5, 1472), to).unwrap();
         assert!(matches!(rx.read(), Layout::Split { count: 1, .. }));
         assert_eq!(rx.gro.reads, 0, "no read returned more than one datagram");
+    }
+
+    #[test]
+    fn a_run_longer_than_the_buffers_offered_keeps_the_whole_datagrams_that_landed() {
+        let mut rx = Rx::new(1472);
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let sent: Vec<Vec<u8>> = (0..10).map(|i| pattern(i, 1472)).collect();
+        batch_of(&tx, 1472, Dest::of(&rx.sock), &sent);
+        assert!(matches!(
+            rx.read_into(3),
+            Layout::Split {
+                count: 3,
+                cut: 7,
+                ..
+            }
+        ));
+        for (i, d) in sent[..3].iter().enumerate() {
+            assert_eq!(&rx.mem[i][..], &d[..], "datagram {i}");
+        }
+        // Smaller datagrams, moved: 5 of 1000 bytes offered 2 buffers.
+        let sent: Vec<Vec<u8>> = (0..5).map(|i| pattern(20 + i, 1000)).collect();
+        batch_of(&tx, 1000, Dest::of(&rx.sock), &sent);
+        assert!(matches!(
+            rx.read_into(2),
+            Layout::Split {
+                count: 2,
+                cut: 3,
+                moved: true,
+                ..
+            }
+        ));
+        for (i, d) in sent[..2].iter().enumerate() {
+            assert_eq!(&rx.mem[i][..1000], &d[..], "datagram {i}");
+        }
     }
 
     #[test]

@@ -612,7 +612,9 @@ impl Module {
     }
 
     /// Read up to `max` completions of channel `ch` into `out` (send completions free their
-    /// buffer). Never blocks. An `Err` is a failure of the CQ itself, not of one operation.
+    /// buffer); a channel that reads runs of datagrams (`reads_runs`) never splits one, so the
+    /// last run read may take it up to 63 past `max`. Never blocks. An `Err` is a failure of
+    /// the CQ itself, not of one operation.
     pub fn poll(
         &mut self,
         c: Channel,

@@ -142,9 +142,7 @@ fn send_window(window: u16, remote_rx_window: u32) -> u16 {
 impl Peer {
     /// A data-channel transmission of the peer's arrived (0: not numbered, priority channel).
     pub fn saw_tx(&mut self, tx: u32) {
-        if tx != 0 && (tx.wrapping_sub(self.tx_seen) as i32) > 0 {
-            self.tx_seen = tx;
-        }
+        self.tx_seen = latest_tx(self.tx_seen, tx);
     }
 
     pub fn new(now: Instant, info: PeerInfo, mtu: usize, cfg: &super::api::Config) -> Peer {
@@ -220,5 +218,28 @@ impl Peer {
     /// request is still detected).
     pub fn outstanding(&self) -> bool {
         self.ops.live() > 0 || !self.held_puts.is_empty() || !self.gets.is_empty()
+    }
+}
+
+/// The later of two transmission numbers in wrapping order; 0 names none.
+fn latest_tx(seen: u32, tx: u32) -> u32 {
+    if tx != 0 && (tx.wrapping_sub(seen) as i32) > 0 {
+        tx
+    } else {
+        seen
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::latest_tx;
+
+    #[test]
+    fn the_latest_transmission_in_wrapping_order() {
+        assert_eq!(latest_tx(0, 5), 5);
+        assert_eq!(latest_tx(5, 0), 5, "0 is not numbered");
+        assert_eq!(latest_tx(9, 7), 9, "an earlier one arriving late");
+        assert_eq!(latest_tx(u32::MAX - 1, 2), 2, "across the wrap");
+        assert_eq!(latest_tx(2, u32::MAX - 1), 2, "before the wrap");
     }
 }

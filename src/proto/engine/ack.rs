@@ -253,3 +253,23 @@ pub(super) fn detect_losses(p: &mut Peer, now: Instant) -> bool {
     }
     any
 }
+
+#[cfg(test)]
+mod tests {
+    use super::echoed_tx;
+
+    #[test]
+    fn an_echo_names_the_latest_transmission_with_its_low_bits() {
+        assert_eq!(echoed_tx(0, 0), 0, "nothing sent, nothing vouched for");
+        assert_eq!(echoed_tx(10, 7), 7);
+        assert_eq!(echoed_tx(10, 10), 10);
+        // Across the 2^32 wrap of the wire's 32 bits.
+        let n = (1u64 << 32) + 5;
+        assert_eq!(echoed_tx(n, u32::MAX), (1 << 32) - 1);
+        assert_eq!(echoed_tx(n, 3), (1 << 32) + 3);
+        // An echo of something not yet sent is taken as a wrap ago: it vouches for nothing
+        // recent.
+        assert_eq!(echoed_tx(10, 11), 0);
+        assert_eq!(echoed_tx(n, 6), 6);
+    }
+}

@@ -38,7 +38,7 @@ impl Engine {
     fn receive(
         &mut self,
         now: Instant,
-        _channel: Channel,
+        channel: Channel,
         datagram: &[u8],
         hold: Option<u64>,
     ) -> RxOutcome {
@@ -93,7 +93,9 @@ impl Engine {
             return RxOutcome::Dropped(DropReason::BadChunk);
         }
         let accept = p.rw.accept(h.seq);
-        if !matches!(accept, Accept::High) {
+        // Only the data channel is first in, first out: what arrived on it vouches for what
+        // was sent on it before (a priority datagram carries 0 anyway).
+        if channel == Channel::Data && !matches!(accept, Accept::High) {
             p.saw_tx(h.tx);
         }
         match accept {
