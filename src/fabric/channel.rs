@@ -191,20 +191,18 @@ impl ChannelRes {
         };
         let socket_buffers =
             socket.and_then(|fd| super::sockbuf::size_for(fd, sizes.mtu, sizes.sd, sizes.rd));
-        // The batch is built from our own copies, so it needs neither a prefix nor
-        // registration; providers that ask for them get no socket here anyway.
-        let batch = socket
-            .filter(|_| socket_use.batch && prefix == 0 && !need_mr)
+        // Sends and reads on the socket itself (batches built from our own copies, runs read
+        // into our own buffers) need neither a message prefix nor registration; providers
+        // that ask for them get no socket here anyway.
+        let raw = socket.filter(|_| prefix == 0 && !need_mr);
+        let batch = raw
+            .filter(|_| socket_use.batch)
             .and_then(|fd| Batch::new(fd, sizes.mtu));
         // Where datagrams are too large to run together (65507 bytes on `lo`) nothing would
         // be read in runs, and the provider's reads stay; enough buffers for one read needed.
-        let gro = socket
+        let gro = raw
             .filter(|_| {
-                socket_use.read
-                    && prefix == 0
-                    && !need_mr
-                    && 2 * sizes.mtu <= MAX_RUN_BYTES
-                    && sizes.rd >= 2 * READ_BUFS
+                socket_use.read && 2 * sizes.mtu <= MAX_RUN_BYTES && sizes.rd >= 2 * READ_BUFS
             })
             .and_then(|fd| Gro::new(fd, sizes.mtu));
 
@@ -776,9 +774,9 @@ impl ChannelRes {
                     if cut > 0 {
                         tracing::debug!("{cut} datagrams of a run did not fit {k} free buffers");
                     }
-                    for (k, &i) in self.reposts[at..at + count].iter().enumerate() {
+                    for (j, &i) in self.reposts[at..at + count].iter().enumerate() {
                         self.rx_state[i as usize] = RxState::Lent;
-                        let len = if k + 1 == count { last } else { size };
+                        let len = if j + 1 == count { last } else { size };
                         out.push(Completion::Recv { buf: BufId(i), len });
                     }
                     self.reposts.drain(at..at + count);

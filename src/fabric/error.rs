@@ -76,6 +76,14 @@ pub(crate) fn strerror(code: i32) -> String {
     }
 }
 
+/// The errno of the system call that just failed on the provider's socket (`gso.rs`,
+/// `gro.rs`); EIO should the OS not say.
+pub(crate) fn last_errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
 /// Turns a libfabric `int`/`ssize_t` return value into a `Result`.
 pub(crate) fn check(call: &'static str, ret: i64) -> Result<(), FabricError> {
     if ret < 0 {

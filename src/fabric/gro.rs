@@ -10,6 +10,7 @@
 //!
 //! The provider reads its socket only into receive buffers posted to it, so a channel that
 //! reads here posts none (`channel.rs`) and the socket is ours alone.
+use super::error::last_errno;
 use super::sys;
 use std::os::fd::RawFd;
 
@@ -136,9 +137,7 @@ impl Gro {
         // whole length comes back, also where it did not fit.
         let r = unsafe { libc::recvmsg(self.fd, &mut msg, libc::MSG_DONTWAIT | libc::MSG_TRUNC) };
         if r < 0 {
-            let e = std::io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EIO);
+            let e = last_errno();
             return if e == libc::EAGAIN || e == libc::EWOULDBLOCK {
                 Ok(None)
             } else {
@@ -230,16 +229,20 @@ mod tests {
     use std::net::UdpSocket;
     use std::os::fd::AsRawFd;
 
-    #[test]
-    fn layouts() {
-        let l = |len, gso| layout(len, gso, 1472, 64);
-        let split = |count, size, last, moved| Layout::Split {
+    /// A run read whole: nothing cut.
+    fn split(count: usize, size: usize, last: usize, moved: bool) -> Layout {
+        Layout::Split {
             count,
             size,
             last,
             moved,
             cut: 0,
-        };
+        }
+    }
+
+    #[test]
+    fn layouts() {
+        let l = |len, gso| layout(len, gso, 1472, 64);
         assert_eq!(l(100, None), split(1, 100, 100, false));
         assert_eq!(l(1472, None), split(1, 1472, 1472, false));
         assert_eq!(l(1473, None), Layout::Oversize { len: 1473 });
@@ -299,6 +302,13 @@ mod tests {
             self.read_into(READ_BUFS)
         }
 
+        /// Datagram i of `sent` is in buffer i, byte for byte.
+        fn landed(&self, sent: &[Vec<u8>]) {
+            for (i, d) in sent.iter().enumerate() {
+                assert_eq!(&self.mem[i][..d.len()], &d[..], "datagram {i}");
+            }
+        }
+
         /// `read`, offering only the first `k` buffers.
         fn read_into(&mut self, k: usize) -> Layout {
             let t = std::time::Instant::now();
@@ -334,19 +344,8 @@ mod tests {
             .map(|i| pattern(i, if i == 9 { 77 } else { 1472 }))
             .collect();
         batch_of(&tx, 1472, Dest::of(&rx.sock), &sent);
-        assert_eq!(
-            rx.read(),
-            Layout::Split {
-                count: 10,
-                size: 1472,
-                last: 77,
-                moved: false,
-                cut: 0
-            }
-        );
-        for (i, d) in sent.iter().enumerate() {
-            assert_eq!(&rx.mem[i][..d.len()], &d[..], "datagram {i}");
-        }
+        assert_eq!(rx.read(), split(10, 1472, 77, false));
+        rx.landed(&sent);
         assert_eq!((rx.gro.reads, rx.gro.datagrams), (1, 10));
     }
 
@@ -358,19 +357,8 @@ mod tests {
         let sent: Vec<Vec<u8>> = (0..5).map(|i| pattern(i, 1000)).collect();
         batch_of(&tx, 1000, Dest::of(&rx.sock), &sent);
         let l = rx.read();
-        assert_eq!(
-            l,
-            Layout::Split {
-                count: 5,
-                size: 1000,
-                last: 1000,
-                moved: true,
-                cut: 0
-            }
-        );
-        for (i, d) in sent.iter().enumerate() {
-            assert_eq!(&rx.mem[i][..1000], &d[..], "datagram {i}");
-        }
+        assert_eq!(l, split(5, 1000, 1000, true));
+        rx.landed(&sent);
     }
 
     #[test]
@@ -379,16 +367,7 @@ mod tests {
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
         let to = rx.sock.local_addr().unwrap();
         tx.send_to(&pattern(3, 200), to).unwrap();
-        assert_eq!(
-            rx.read(),
-            Layout::Split {
-                count: 1,
-                size: 200,
-                last: 200,
-                moved: false,
-                cut: 0
-            }
-        );
+        assert_eq!(rx.read(), split(1, 200, 200, false));
         assert_eq!(&rx.mem[0][..200], &pattern(3, 200)[..]);
         tx.send_to(&pattern(4, 1473), to).unwrap();
         assert_eq!(rx.read(), Layout::Oversize { len: 1473 });
@@ -411,9 +390,7 @@ mod tests {
                 ..
             }
         ));
-        for (i, d) in sent[..3].iter().enumerate() {
-            assert_eq!(&rx.mem[i][..], &d[..], "datagram {i}");
-        }
+        rx.landed(&sent[..3]);
         // Smaller datagrams, moved: 5 of 1000 bytes offered 2 buffers.
         let sent: Vec<Vec<u8>> = (0..5).map(|i| pattern(20 + i, 1000)).collect();
         batch_of(&tx, 1000, Dest::of(&rx.sock), &sent);
@@ -426,9 +403,7 @@ mod tests {
                 ..
             }
         ));
-        for (i, d) in sent[..2].iter().enumerate() {
-            assert_eq!(&rx.mem[i][..1000], &d[..], "datagram {i}");
-        }
+        rx.landed(&sent[..2]);
     }
 
     #[test]

@@ -12,6 +12,7 @@
 //!
 //! libfabric offers no such call, so the batch goes out on the `udp` provider's own socket
 //! (found by its bound address, as in `sockbuf.rs`): the peer sees the usual source address.
+use super::error::last_errno;
 use super::sys;
 use std::os::fd::RawFd;
 
@@ -244,9 +245,7 @@ fn send(fd: RawFd, bytes: &[u8], seg: Option<usize>, to: Dest) -> Result<(), i32
     // outlives the endpoint that owns this batch.
     let r = unsafe { libc::sendmsg(fd, &msg, 0) };
     if r < 0 {
-        return Err(std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO));
+        return Err(last_errno());
     }
     Ok(())
 }

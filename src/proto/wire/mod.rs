@@ -17,7 +17,8 @@ pub use field::*;
 
 /// Wire format version written in byte 0 of every datagram.
 /// Version 1 (16-bit sequence space without epochs) is rejected: its replays after a wrap
-/// are indistinguishable from fresh segments, and its header is 8 bytes shorter. Version 2
+/// are indistinguishable from fresh segments, and its header is 8 bytes shorter than version
+/// 2's. Version 2
 /// is version 3 without duplicate reports (D-SACK): rejected too, since a mixed job would
 /// work but never adapt to reordering (docs/wire.md §9). Version 3 is version 4 without
 /// transmission numbers and their echo: its ACKs could never vouch for a repair.
