@@ -3,7 +3,8 @@
 
 Finds the job's UDP ports (ss -uanp, filtered by the job's PIDs), captures some of its real
 datagrams from an AF_PACKET socket on lo (same-host traffic, even to eth0's address, is
-looped through lo), then sends one class of hostile datagrams to those ports:
+looped through lo; a run sent as one GSO super-packet is split into its datagrams, as a wire
+would carry them), then sends one class of hostile datagrams to those ports:
 
   garbage    random bytes of random lengths around every header length (half starting like a
              current header: version 4, a kind, zero flags/tag; a fifth of those with an old
@@ -58,6 +59,11 @@ assert BASE == 48 and MSG_AT + MSG.size == 64 and REGION_AT + REGION.size == 80
 SEQUENCED = set(range(2, 9))
 ETH_P_ALL = 0x0003
 PACKET_OUTGOING = 4
+SOL_PACKET = 263
+PACKET_VNET_HDR = 15
+# struct virtio_net_hdr: flags, gso_type, hdr_len, gso_size, csum_start, csum_offset
+VNET = struct.Struct("=BBHHHH")
+VIRTIO_NET_HDR_GSO_UDP_L4 = 5
 
 
 def log(msg):
@@ -134,6 +140,11 @@ def capture(targets, seconds, limit, enough=lambda got: True, max_wait=40.0, liv
     goes on for `seconds` even past `limit` (only the first `limit` are kept). Datagrams from
     UDP source ports in `mine` (this tool's own) are skipped."""
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    # Each frame then starts with a virtio_net_hdr giving its GSO segment size: the job sends
+    # runs of datagrams as one GSO super-packet (btl_usnic_gso), which lo carries whole. A
+    # wire would carry them one by one, and a replayed super-packet would be one datagram
+    # longer than the MTU (dropped as oversize), not the datagrams an attacker would replay.
+    s.setsockopt(SOL_PACKET, PACKET_VNET_HDR, 1)
     s.bind(("lo", 0))
     s.settimeout(0.2)
     got = []
@@ -146,6 +157,8 @@ def capture(targets, seconds, limit, enough=lambda got: True, max_wait=40.0, liv
             frame, addr = s.recvfrom(70000)
         except socket.timeout:
             continue
+        gso_type, gso_size = VNET.unpack_from(frame, 0)[1:4:2]
+        frame = frame[VNET.size:]
         if addr[2] == PACKET_OUTGOING or len(frame) < 14 + 20 + 8:
             continue
         if frame[12:14] != b"\x08\x00":
@@ -161,11 +174,14 @@ def capture(targets, seconds, limit, enough=lambda got: True, max_wait=40.0, liv
             continue
         ulen = struct.unpack_from("!H", udp, 4)[0]
         if (dst_ip, dport) in targets:
-            p = Pkt((dst_ip, dport), bytes(udp[8:ulen]), time.time())
-            if len(got) < limit:
-                got.append(p)
-            if live:
-                live(p)
+            payload = bytes(udp[8:ulen])
+            step = gso_size if gso_type == VIRTIO_NET_HDR_GSO_UDP_L4 and gso_size else len(payload)
+            for at in range(0, len(payload), max(step, 1)):
+                p = Pkt((dst_ip, dport), payload[at:at + step], time.time())
+                if len(got) < limit:
+                    got.append(p)
+                if live:
+                    live(p)
     s.close()
     return got
 
