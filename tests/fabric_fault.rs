@@ -9,15 +9,17 @@ const CHANNELS: [Channel; 2] = [Channel::Priority, Channel::Data];
 const LEN: usize = 200;
 
 fn pair() -> (Module, Module, PeerAddr) {
-    pair_capped(0)
+    pair_with(0, true)
 }
 
-/// `pair` with data datagrams of at most `mtu_cap` bytes (0: `lo`'s 65507). At 1472, as across
-/// hosts at MTU 1500, the data channel reads its socket itself, in runs (`btl_usnic_gro`).
-fn pair_capped(mtu_cap: usize) -> (Module, Module, PeerAddr) {
+/// `pair` with data datagrams of at most `mtu_cap` bytes (0: `lo`'s 65507), the channels
+/// reading their sockets themselves (`btl_usnic_gro`) or through the provider. At 1472, as
+/// across hosts at MTU 1500, the data channel reads runs of datagrams; at 65507, one at a time.
+fn pair_with(mtu_cap: usize, gro: bool) -> (Module, Module, PeerAddr) {
     let cfg = FabricConfig {
         if_include: parse_if_list("lo").unwrap(),
         mtu_cap,
+        gro,
         ..Default::default()
     };
     let dev = discover(&cfg)
@@ -268,18 +270,25 @@ fn send_dup_fraction_and_no_leak() {
 }
 
 #[test]
-fn recv_drop_and_dup_fractions() {
-    recv_drop_and_dup_fractions_with(0);
+fn recv_drop_and_dup_fractions_through_the_provider() {
+    recv_drop_and_dup_fractions_with(0, false);
+}
+
+#[test]
+fn recv_drop_and_dup_fractions_on_channels_reading_their_sockets() {
+    recv_drop_and_dup_fractions_with(0, true);
 }
 
 #[test]
 fn recv_drop_and_dup_fractions_on_a_channel_reading_runs() {
-    recv_drop_and_dup_fractions_with(1472);
+    recv_drop_and_dup_fractions_with(1472, true);
 }
 
-fn recv_drop_and_dup_fractions_with(mtu_cap: usize) {
-    let (mut a, mut b, to_b) = pair_capped(mtu_cap);
-    assert_eq!(b.reads_runs(Channel::Data), mtu_cap == 1472);
+fn recv_drop_and_dup_fractions_with(mtu_cap: usize, gro: bool) {
+    let (mut a, mut b, to_b) = pair_with(mtu_cap, gro);
+    for ch in CHANNELS {
+        assert_eq!(b.reads_socket(ch), gro, "{ch:?}");
+    }
     b.set_faults(FaultConfig {
         seed: 99,
         recv_drop: 0.05,

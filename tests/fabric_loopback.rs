@@ -252,21 +252,22 @@ fn too_large_send_is_refused_and_buffer_kept() {
 
 #[test]
 fn oversized_datagram_is_an_error_completion_not_a_crash() {
-    // b's data channel is capped at 1000 bytes; a (65507) sends it 1001 and 60000 bytes.
-    // Read by the provider or in runs by the channel itself (`gro`), the same error.
-    for gro in [false, true] {
+    // b's data channel is capped at `cap` bytes; a (65507) sends it cap + 1 and 60000 bytes.
+    // Read by the provider, in runs by the channel itself (`gro`), or by the channel itself
+    // one datagram at a time (datagrams too large to run together), the same error.
+    for (gro, cap) in [(false, 1000), (true, 1000), (true, 40_000)] {
         let big = lo_cfg();
         let small = FabricConfig {
-            mtu_cap: 1000,
+            mtu_cap: cap,
             gro,
             ..lo_cfg()
         };
         let mut a = Module::open(&lo(&big), &big).unwrap();
         let mut b = Module::open(&lo(&small), &small).unwrap();
-        assert_eq!(b.channel_mtu(Channel::Data), 1000);
-        assert_eq!(b.reads_runs(Channel::Data), gro);
+        assert_eq!(b.channel_mtu(Channel::Data), cap);
+        assert_eq!(b.reads_socket(Channel::Data), gro);
         let to_b = a.insert_peer(&b.local_address()).unwrap();
-        for len in [1001, 60_000] {
+        for len in [cap + 1, 60_000] {
             send(&mut a, Channel::Data, &to_b, &pattern(len, 1));
             match recv_one(&mut b, Channel::Data) {
                 Completion::Error {
@@ -275,13 +276,13 @@ fn oversized_datagram_is_an_error_completion_not_a_crash() {
                     ..
                 } => {
                     assert_eq!(error.code, 265, "FI_ETRUNC: {error}");
-                    assert!(error.to_string().contains("1000"), "{error}");
+                    assert!(error.to_string().contains(&cap.to_string()), "{error}");
                 }
                 other => panic!("expected an oversize error, got {other:?}"),
             }
             // The buffer went back to the repost queue by itself; traffic continues.
             b.flush_reposts().unwrap();
-            let ok = pattern(1000, 2);
+            let ok = pattern(cap, 2);
             send(&mut a, Channel::Data, &to_b, &ok);
             expect_datagram(&mut b, Channel::Data, &ok);
         }
@@ -682,8 +683,9 @@ fn runs_of_full_datagrams_leave_in_one_send_and_arrive_one_by_one() {
     expect_datagrams(&mut t.b, Channel::Data, &to_b_data);
     expect_datagrams(&mut t.c, Channel::Data, &to_c_data);
     // Each send crossed `lo` as one packet and was read with one system call.
-    assert!(t.b.reads_runs(Channel::Data) && !t.b.reads_runs(Channel::Priority));
+    assert!(t.b.reads_socket(Channel::Data) && t.b.reads_socket(Channel::Priority));
     assert_eq!(t.b.gro_stats(Channel::Data), (2, 51));
+    assert_eq!(t.b.gro_stats(Channel::Priority), (0, 0));
     assert_eq!(t.c.gro_stats(Channel::Data), (1, 3));
 }
 
@@ -693,7 +695,7 @@ fn without_gro_the_provider_reads_a_run_datagram_by_datagram() {
     let mut a = Module::open(&dev, &cfg).unwrap();
     let (plain_cfg, _) = lo_1472_reading(true, false);
     let mut b = Module::open(&dev, &plain_cfg).unwrap();
-    assert!(!b.reads_runs(Channel::Data));
+    assert!(!b.reads_socket(Channel::Data));
     let to_b = a.insert_peer(&b.local_address()).unwrap();
     let run: Vec<Vec<u8>> = (0..10).map(|i| pattern(1472, 50 + i as u8)).collect();
     for d in &run {

@@ -104,7 +104,7 @@ fn exchange(gso: bool, reads: bool) -> [Side; 2] {
     let dev = discover(&cfg).unwrap().into_iter().next().expect("lo");
     let mut a = Module::open(&dev, &cfg).unwrap();
     let mut b = Module::open(&dev, &cfg).unwrap();
-    assert_eq!(a.reads_runs(Channel::Data), reads);
+    assert_eq!(a.reads_socket(Channel::Data), reads);
     let pa = b.insert_peer(&a.local_address()).unwrap();
     let pb = a.insert_peer(&b.local_address()).unwrap();
     let mk = |m, peer| Side {

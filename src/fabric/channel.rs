@@ -17,8 +17,10 @@ pub(crate) struct SocketUse {
     pub tune: bool,
     /// Batch sends (`gso.rs`).
     pub batch: bool,
-    /// Read runs of datagrams from the socket instead of through the provider (`gro.rs`).
+    /// Read the socket itself instead of through the provider (`gro.rs`).
     pub read: bool,
+    /// ... in runs of datagrams, where they can run together.
+    pub runs: bool,
 }
 
 /// Queue sizes and datagram size of one channel.
@@ -99,10 +101,16 @@ pub(crate) struct ChannelRes {
     pub(crate) socket_buffers: Option<(usize, usize)>,
     /// Datagrams waiting to leave together in one system call (udp provider, `gso.rs`).
     batch: Option<Batch>,
-    /// Reads the socket in runs of datagrams (udp provider, `gro.rs`). The provider is then
-    /// given no receive buffer (it reads only into posted ones), and `reposts` holds the free
-    /// ones.
+    /// Reads the socket itself, in runs of datagrams (udp provider, `gro.rs`). The provider is
+    /// then given no receive buffer (it reads only into posted ones), and `reposts` holds the
+    /// free ones.
     gro: Option<Gro>,
+    /// Buffers one read offers at most: as many datagrams as one run can hold, or 1.
+    read_bufs: usize,
+    /// Sends given to the provider whose completion has not been read. Reading the socket
+    /// itself with none of these, the channel has nothing in the provider's CQ, and `poll`
+    /// skips `fi_cq_read` (the provider's lock pair and progress pass).
+    provider_sends: usize,
     tx_free: Vec<u32>,
     tx_state: Vec<TxState>,
     rx_state: Vec<RxState>,
@@ -198,13 +206,12 @@ impl ChannelRes {
         let batch = raw
             .filter(|_| socket_use.batch)
             .and_then(|fd| Batch::new(fd, sizes.mtu));
-        // Where datagrams are too large to run together (65507 bytes on `lo`) nothing would
-        // be read in runs, and the provider's reads stay; enough buffers for one read needed.
+        // Also where datagrams never run together (65507 bytes on `lo`, the priority channel's
+        // lone tiny ones): one `recv` of our own per datagram (`gro.rs`).
+        let runs = socket_use.runs && 2 * sizes.mtu <= MAX_RUN_BYTES;
         let gro = raw
-            .filter(|_| {
-                socket_use.read && 2 * sizes.mtu <= MAX_RUN_BYTES && sizes.rd >= 2 * READ_BUFS
-            })
-            .and_then(|fd| Gro::new(fd, sizes.mtu));
+            .filter(|_| socket_use.read)
+            .and_then(|fd| Gro::new(fd, sizes.mtu, runs));
 
         // Receive buffers get one spare byte: a datagram longer than the MTU fills it, which is
         // how an oversized (and, by the provider, silently truncated) datagram is detected.
@@ -253,6 +260,12 @@ impl ChannelRes {
             socket_buffers,
             batch,
             gro,
+            read_bufs: if runs {
+                MAX_RUN_BYTES.div_ceil(sizes.mtu.max(1)).clamp(1, READ_BUFS)
+            } else {
+                1
+            },
+            provider_sends: 0,
             tx_free: (0..sizes.sd as u32).rev().collect(),
             tx_state: vec![TxState::Free; sizes.sd],
             rx_state: vec![RxState::Queued; sizes.rd],
@@ -420,6 +433,7 @@ impl ChannelRes {
             ));
         }
         self.tx_state[i] = TxState::InFlight;
+        self.provider_sends += 1;
         Ok(())
     }
 
@@ -448,7 +462,7 @@ impl ChannelRes {
             .map_or((0, 0), |b| (b.batches, b.batched))
     }
 
-    pub(crate) fn reads_runs(&self) -> bool {
+    pub(crate) fn reads_socket(&self) -> bool {
         self.gro.is_some()
     }
 
@@ -705,7 +719,8 @@ impl ChannelRes {
     ) -> Result<(), FabricError> {
         let mut got = 0;
         let mut received = false;
-        while got < max && !(stop_after_recv && received) {
+        let idle_cq = self.gro.is_some() && self.provider_sends == 0;
+        while !idle_cq && got < max && !(stop_after_recv && received) {
             let n = (max - got).min(CQ_BATCH);
             // SAFETY: entries holds CQ_BATCH >= n fi_cq_msg_entry, the CQ's format.
             let ret = unsafe { sys::cq_read(self.cq.ptr(), self.entries.as_mut_ptr().cast(), n) };
@@ -746,16 +761,22 @@ impl ChannelRes {
             let Some(gro) = self.gro.as_mut() else {
                 return;
             };
-            let k = self.reposts.len().min(READ_BUFS);
+            let k = self.reposts.len().min(self.read_bufs);
             let at = self.reposts.len() - k;
-            let mut bufs = [std::ptr::null_mut(); READ_BUFS];
-            for (b, &i) in bufs.iter_mut().zip(&self.reposts[at..]) {
-                *b = self.rx.at(i as usize);
-            }
-            // SAFETY: the buffers are free ones (`reposts`, neither posted nor lent), distinct
-            // slab entries of `mtu + 1` bytes each (no prefix on this path), and the slab
-            // outlives the call.
-            let layout = match unsafe { gro.read(&bufs[..k]) } {
+            // The buffers read into are free ones (`reposts`, neither posted nor lent),
+            // distinct slab entries of `mtu + 1` bytes each (no prefix on this path).
+            let read = if k == 1 {
+                // SAFETY: one free buffer, as above; the slab outlives the call.
+                unsafe { gro.read_one(self.rx.at(self.reposts[at] as usize)) }
+            } else {
+                let mut bufs = [std::ptr::null_mut(); READ_BUFS];
+                for (b, &i) in bufs.iter_mut().zip(&self.reposts[at..]) {
+                    *b = self.rx.at(i as usize);
+                }
+                // SAFETY: `k` free buffers, as above; the slab outlives the call.
+                unsafe { gro.read(&bufs[..k]) }
+            };
+            let layout = match read {
                 Ok(Some(l)) => l,
                 Ok(None) => return,
                 Err(e) => {
@@ -830,6 +851,7 @@ impl ChannelRes {
             }
             self.tx_state[i] = TxState::Free;
             self.tx_free.push(i as u32);
+            self.provider_sends = self.provider_sends.saturating_sub(1);
             Some(Completion::SendDone {
                 buf: BufId(i as u32),
             })
@@ -872,6 +894,7 @@ impl ChannelRes {
         } else if !rx && self.tx_state.get(i) == Some(&TxState::InFlight) {
             self.tx_state[i] = TxState::Free;
             self.tx_free.push(i as u32);
+            self.provider_sends = self.provider_sends.saturating_sub(1);
             Ok(Completion::Error {
                 op: Op::Send,
                 buf,

@@ -34,8 +34,8 @@ pub struct FabricConfig {
     /// Send runs of full data-channel datagrams to one peer with one system call (`udp`
     /// provider, `UDP_SEGMENT`; `gso.rs`). Default true.
     pub gso: bool,
-    /// Read runs of data-channel datagrams with one system call (`udp` provider,
-    /// `UDP_GRO`; `gro.rs`). Default true.
+    /// Read the sockets directly, not through the provider, and runs of data-channel
+    /// datagrams with one system call (`udp` provider, `UDP_GRO`; `gro.rs`). Default true.
     pub gro: bool,
 }
 

@@ -10,6 +10,12 @@
 //!
 //! The provider reads its socket only into receive buffers posted to it, so a channel that
 //! reads here posts none (`channel.rs`) and the socket is ours alone.
+//!
+//! A channel whose datagrams never run together (the priority channel, or `lo`'s 65507-byte
+//! datagrams) reads here too, one datagram per `recv` and without `UDP_GRO` (the kernel then
+//! splits whatever it coalesced): still one system call per datagram as through the provider,
+//! but without the provider's lock pair, progress pass and completion, also in every poll
+//! that finds nothing.
 use super::error::last_errno;
 use super::sys;
 use std::os::fd::RawFd;
@@ -82,9 +88,20 @@ pub(crate) struct Gro {
 }
 
 impl Gro {
-    /// A reader for socket `fd`, whose datagrams are at most `seg` bytes; None where the kernel
-    /// refuses `UDP_GRO` (the provider then reads the socket as before).
-    pub(crate) fn new(fd: RawFd, seg: usize) -> Option<Gro> {
+    /// A reader for socket `fd`, whose datagrams are at most `seg` bytes, of runs of them
+    /// (`runs`) or of one at a time; None where the kernel refuses `UDP_GRO` for runs (the
+    /// provider then reads the socket as before).
+    pub(crate) fn new(fd: RawFd, seg: usize, runs: bool) -> Option<Gro> {
+        let reader = Gro {
+            fd,
+            seg,
+            scratch: Vec::new(),
+            reads: 0,
+            datagrams: 0,
+        };
+        if !runs {
+            return Some(reader);
+        }
         let on: libc::c_int = 1;
         // SAFETY: a valid int and its size; a kernel without the option says ENOPROTOOPT.
         let r = unsafe {
@@ -96,13 +113,36 @@ impl Gro {
                 std::mem::size_of::<libc::c_int>() as libc::socklen_t,
             )
         };
-        (r == 0).then(|| Gro {
-            fd,
-            seg,
-            scratch: Vec::new(),
-            reads: 0,
-            datagrams: 0,
-        })
+        (r == 0).then_some(reader)
+    }
+
+    /// Reads the next waiting datagram into `buf`: None when nothing is waiting, the errno
+    /// of a failed read.
+    ///
+    /// # Safety
+    /// `buf` must point at `seg` writable bytes that nothing else reads or writes during the
+    /// call.
+    pub(crate) unsafe fn read_one(&mut self, buf: *mut u8) -> Result<Option<Layout>, i32> {
+        // SAFETY: buf names `seg` writable bytes (the caller's contract); fd is the
+        // provider's socket, which outlives the endpoint that owns this reader. MSG_TRUNC:
+        // the datagram's whole length comes back, also where it did not fit.
+        let r = unsafe {
+            libc::recv(
+                self.fd,
+                buf.cast(),
+                self.seg,
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+            )
+        };
+        if r < 0 {
+            let e = last_errno();
+            return if e == libc::EAGAIN || e == libc::EWOULDBLOCK {
+                Ok(None)
+            } else {
+                Err(e)
+            };
+        }
+        Ok(Some(layout(r as usize, None, self.seg, 1)))
     }
 
     /// Reads the next waiting run into `bufs`, in order, and returns how its bytes lie in them
@@ -289,7 +329,7 @@ mod tests {
     impl Rx {
         fn new(seg: usize) -> Rx {
             let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-            let gro = Gro::new(sock.as_raw_fd(), seg).expect("UDP_GRO on this kernel");
+            let gro = Gro::new(sock.as_raw_fd(), seg, true).expect("UDP_GRO on this kernel");
             Rx {
                 sock,
                 gro,
@@ -404,6 +444,41 @@ mod tests {
             }
         ));
         rx.landed(&sent[..2]);
+    }
+
+    #[test]
+    fn one_at_a_time_a_batch_arrives_split_and_an_oversized_datagram_is_dropped() {
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let mut one = Gro::new(sock.as_raw_fd(), 1472, false).unwrap();
+        let mut mem = vec![0u8; 1472];
+        let read = |g: &mut Gro, mem: &mut [u8]| {
+            let t = std::time::Instant::now();
+            loop {
+                // SAFETY: one Vec of `seg` bytes, borrowed for the call.
+                if let Some(l) = unsafe { g.read_one(mem.as_mut_ptr()) }.unwrap() {
+                    return l;
+                }
+                assert!(t.elapsed().as_secs() < 2, "nothing arrived");
+                std::thread::yield_now();
+            }
+        };
+        // SAFETY: as above.
+        assert_eq!(unsafe { one.read_one(mem.as_mut_ptr()) }, Ok(None));
+        // Without UDP_GRO the kernel splits a batch: one datagram per read, none lost.
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let sent: Vec<Vec<u8>> = (0..3).map(|i| pattern(40 + i, 1472)).collect();
+        batch_of(&tx, 1472, Dest::of(&sock), &sent);
+        for d in &sent {
+            assert_eq!(read(&mut one, &mut mem), split(1, 1472, 1472, false));
+            assert_eq!(&mem[..], &d[..]);
+        }
+        let to = sock.local_addr().unwrap();
+        tx.send_to(&pattern(9, 1473), to).unwrap();
+        assert_eq!(read(&mut one, &mut mem), Layout::Oversize { len: 1473 });
+        tx.send_to(&pattern(10, 5), to).unwrap();
+        assert_eq!(read(&mut one, &mut mem), split(1, 5, 5, false));
+        assert_eq!(&mem[..5], &pattern(10, 5)[..]);
+        assert_eq!(one.reads, 0);
     }
 
     #[test]

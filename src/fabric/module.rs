@@ -289,17 +289,20 @@ impl Module {
             .ok_or_else(|| FabricError::invalid("fi_av_open", "returned NULL"))?;
 
         let udp = dev.provider == "udp";
-        // Tiny datagrams gain nothing from batching; runs of full ones do.
+        // Tiny datagrams gain nothing from batching; runs of full ones do. Both channels read
+        // their sockets themselves.
         let (tiny, bulk) = (
             SocketUse {
                 tune: udp,
                 batch: false,
-                read: false,
+                read: udp && cfg.gro,
+                runs: false,
             },
             SocketUse {
                 tune: udp,
                 batch: udp && cfg.gso,
                 read: udp && cfg.gro,
+                runs: true,
             },
         );
         let priority = ChannelRes::open(&domain, &av, &owned, prio, need_mr, prefix, tiny)?;
@@ -577,11 +580,11 @@ impl Module {
         self.channels[ch(c)].batch_stats()
     }
 
-    /// Whether channel `c` reads its socket itself, runs of datagrams at a time (`gro.rs`):
-    /// the udp provider with `FabricConfig::gro`, datagrams small enough to run together
-    /// (not on `lo`'s 65507 bytes), and a kernel with `UDP_GRO`.
-    pub fn reads_runs(&self, c: Channel) -> bool {
-        self.channels[ch(c)].reads_runs()
+    /// Whether channel `c` reads its socket itself, runs of datagrams at a time where the
+    /// kernel coalesced them (`gro.rs`): the udp provider with `FabricConfig::gro` and a kernel
+    /// with `UDP_GRO`.
+    pub fn reads_socket(&self, c: Channel) -> bool {
+        self.channels[ch(c)].reads_socket()
     }
 
     /// (reads that returned more than one datagram, datagrams they returned) of channel `c`.
@@ -612,7 +615,7 @@ impl Module {
     }
 
     /// Read up to `max` completions of channel `ch` into `out` (send completions free their
-    /// buffer); a channel that reads runs of datagrams (`reads_runs`) never splits one, so the
+    /// buffer); a channel that reads runs of datagrams (`reads_socket`) never splits one, so the
     /// last run read may take it up to 63 past `max`. Never blocks. An `Err` is a failure of
     /// the CQ itself, not of one operation.
     pub fn poll(

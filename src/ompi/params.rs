@@ -111,7 +111,7 @@ pub struct Settings {
     pub rdma: (bool, bool),
     /// Batched data-channel sends (`fabric/gso.rs`).
     pub gso: bool,
-    /// Data-channel datagrams read in runs (`fabric/gro.rs`).
+    /// Sockets read directly, data-channel datagrams in runs (`fabric/gro.rs`).
     pub gro: bool,
     /// Fault injection for every module (`seed` not yet mixed with rank and module index);
     /// `None` when every percentage is 0.
