@@ -707,6 +707,26 @@ fn without_gro_the_provider_reads_a_run_datagram_by_datagram() {
     assert_eq!(b.gro_stats(Channel::Data), (0, 0));
 }
 
+#[test]
+fn with_few_receive_buffers_the_channel_reads_a_run_one_datagram_at_a_time() {
+    // 32 buffers: too few for runs of 44 (a caller may hold half); the channel still reads
+    // its socket, the kernel splits the run, and nothing is lost.
+    let (cfg, dev) = lo_1472(true);
+    let mut a = Module::open(&dev, &cfg).unwrap();
+    let few = FabricConfig { rd_num: 32, ..cfg };
+    let mut b = Module::open(&dev, &few).unwrap();
+    assert!(b.reads_socket(Channel::Data));
+    let to_b = a.insert_peer(&b.local_address()).unwrap();
+    let run: Vec<Vec<u8>> = (0..20).map(|i| pattern(1472, 70 + i as u8)).collect();
+    for d in &run {
+        let _ = post(&mut a, Channel::Data, &to_b, d);
+    }
+    a.flush_sends(Channel::Data).unwrap();
+    assert_eq!(a.batch_stats(Channel::Data), (1, 20));
+    expect_datagrams(&mut b, Channel::Data, &run);
+    assert_eq!(b.gro_stats(Channel::Data), (0, 0), "one datagram per read");
+}
+
 /// Polls `m`'s data channel until `n` datagrams arrived (bounded), without reposting them.
 fn hold_datagrams(m: &mut Module, n: usize) -> Vec<(BufId, Vec<u8>)> {
     let mut held = Vec::new();
@@ -755,9 +775,23 @@ fn a_channel_whose_caller_holds_most_buffers_still_reads_what_fits() {
         let _ = post(&mut t.a, Channel::Data, &t.to_b, d);
     }
     t.a.flush_sends(Channel::Data).unwrap();
-    let got = hold_datagrams(&mut t.b, 10);
-    let got: Vec<Vec<u8>> = got.into_iter().map(|(_, d)| d).collect();
+    let landed = hold_datagrams(&mut t.b, 10);
+    let got: Vec<Vec<u8>> = landed.iter().map(|(_, d)| d.clone()).collect();
     assert_eq!(got, run[..10].to_vec());
+    held.extend(landed);
+    // With a single buffer free, a run's first datagram lands: read into one buffer, the run
+    // is not taken for one oversized datagram.
+    let (buf, _) = held.pop().unwrap();
+    t.b.repost(Channel::Data, buf);
+    let run2: Vec<Vec<u8>> = (0..44).map(|i| pattern(1472, 150 + i as u8)).collect();
+    for d in &run2 {
+        let _ = post(&mut t.a, Channel::Data, &t.to_b, d);
+    }
+    t.a.flush_sends(Channel::Data).unwrap();
+    let one = hold_datagrams(&mut t.b, 1);
+    assert_eq!(one.len(), 1, "nothing landed in the one free buffer");
+    assert_eq!(one[0].1, run2[0]);
+    held.extend(one);
     // Every buffer back: whole runs again.
     for (buf, _) in held {
         t.b.repost(Channel::Data, buf);
@@ -770,6 +804,31 @@ fn a_channel_whose_caller_holds_most_buffers_still_reads_what_fits() {
     t.a.flush_sends(Channel::Data).unwrap();
     expect_datagrams(&mut t.b, Channel::Data, &run);
     assert_eq!(t.b.gro_stats(Channel::Data), (before.0 + 1, before.1 + 44));
+}
+
+#[test]
+fn a_run_of_64_smaller_datagrams_from_a_peer_with_a_smaller_mtu_is_read_whole() {
+    // The kernel coalesces up to 64 datagrams of any equal size, not only full ones: a read
+    // must offer 64 buffers, not the 45 that 1472-byte datagrams fill.
+    let small = FabricConfig {
+        mtu_cap: 1000,
+        gso: true,
+        gro: true,
+        ..lo_cfg()
+    };
+    let (cfg, dev) = lo_1472(true);
+    let mut a = Module::open(&lo(&small), &small).unwrap();
+    let mut b = Module::open(&dev, &cfg).unwrap();
+    assert_eq!(a.batch_room(Channel::Data), 64);
+    let to_b = a.insert_peer(&b.local_address()).unwrap();
+    let run: Vec<Vec<u8>> = (0..64).map(|i| pattern(1000, i as u8)).collect();
+    for d in &run {
+        let _ = post(&mut a, Channel::Data, &to_b, d);
+    }
+    a.flush_sends(Channel::Data).unwrap();
+    assert_eq!(a.batch_stats(Channel::Data), (1, 64));
+    expect_datagrams(&mut b, Channel::Data, &run);
+    assert_eq!(b.gro_stats(Channel::Data), (1, 64));
 }
 
 #[test]

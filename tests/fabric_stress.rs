@@ -85,8 +85,8 @@ fn thousands_of_batched_datagrams_lose_nothing() {
 
 /// Both sides send `PER_STREAM` datagrams on each channel and check every one they receive;
 /// with `gso` the data channel batches, and each pass ends with `flush_sends`; with `reads`
-/// it has enough receive buffers to read runs itself (`btl_usnic_gro`), else the provider
-/// reads every datagram.
+/// the channels read their sockets themselves (`btl_usnic_gro`), the data channel in runs (it
+/// has enough receive buffers for that), else the provider reads every datagram.
 fn exchange(gso: bool, reads: bool) -> [Side; 2] {
     let cfg = FabricConfig {
         if_include: parse_if_list("lo").unwrap(),

@@ -101,11 +101,12 @@ pub(crate) struct ChannelRes {
     pub(crate) socket_buffers: Option<(usize, usize)>,
     /// Datagrams waiting to leave together in one system call (udp provider, `gso.rs`).
     batch: Option<Batch>,
-    /// Reads the socket itself, in runs of datagrams (udp provider, `gro.rs`). The provider is
-    /// then given no receive buffer (it reads only into posted ones), and `reposts` holds the
-    /// free ones.
+    /// Reads the socket itself (udp provider, `gro.rs`), in runs of datagrams or one at a
+    /// time. The provider is then given no receive buffer (it reads only into posted ones),
+    /// and `reposts` holds the free ones.
     gro: Option<Gro>,
-    /// Buffers one read offers at most: as many datagrams as one run can hold, or 1.
+    /// Buffers one read offers at most: `READ_BUFS` where the kernel may coalesce a run (up to
+    /// 64 datagrams of any equal size, not only the full ones our own batches send), else 1.
     read_bufs: usize,
     /// Sends given to the provider whose completion has not been read. Reading the socket
     /// itself with none of these, the channel has nothing in the provider's CQ, and `poll`
@@ -208,7 +209,10 @@ impl ChannelRes {
             .and_then(|fd| Batch::new(fd, sizes.mtu));
         // Also where datagrams never run together (65507 bytes on `lo`, the priority channel's
         // lone tiny ones): one `recv` of our own per datagram (`gro.rs`).
-        let runs = socket_use.runs && 2 * sizes.mtu <= MAX_RUN_BYTES;
+        // A run needs a buffer per datagram: with fewer than twice a read's worth the caller's
+        // held buffers would leave too few, and a run's tail would be lost (one at a time,
+        // the kernel splits runs and nothing is lost).
+        let runs = socket_use.runs && 2 * sizes.mtu <= MAX_RUN_BYTES && sizes.rd >= 2 * READ_BUFS;
         let gro = raw
             .filter(|_| socket_use.read)
             .and_then(|fd| Gro::new(fd, sizes.mtu, runs));
@@ -260,11 +264,7 @@ impl ChannelRes {
             socket_buffers,
             batch,
             gro,
-            read_bufs: if runs {
-                MAX_RUN_BYTES.div_ceil(sizes.mtu.max(1)).clamp(1, READ_BUFS)
-            } else {
-                1
-            },
+            read_bufs: if runs { READ_BUFS } else { 1 },
             provider_sends: 0,
             tx_free: (0..sizes.sd as u32).rev().collect(),
             tx_state: vec![TxState::Free; sizes.sd],
@@ -750,10 +750,11 @@ impl ChannelRes {
         Ok(())
     }
 
-    /// Reads runs of datagrams from the socket (`gro.rs`) until it is empty, `max`
-    /// datagrams are out (a run is never split: one read may overshoot), or, with `first`,
-    /// after the first run. Each datagram is a `Completion::Recv` of a buffer of its own, as
-    /// from the provider. A read is offered up to `READ_BUFS` free buffers; with fewer free
+    /// Reads the socket (`gro.rs`), runs of datagrams or one at a time, until it is empty,
+    /// `max` datagrams are out (a run is never split: one read may overshoot), or, with
+    /// `first`, after the first read. Each datagram is a `Completion::Recv` of a buffer of its
+    /// own, as from the provider. A read of runs is offered up to `READ_BUFS` free buffers;
+    /// with fewer free
     /// (the caller holds many), what does not fit a run is lost like datagrams on a wire,
     /// rather than the channel going deaf while its caller waits for them. A failed read
     /// ends the pass (the provider ignored them as well).
@@ -767,7 +768,9 @@ impl ChannelRes {
             let at = self.reposts.len() - k;
             // The buffers read into are free ones (`reposts`, neither posted nor lent),
             // distinct slab entries of `mtu + 1` bytes each (no prefix on this path).
-            let read = if k == 1 {
+            // On a socket with UDP_GRO even one buffer takes `read`, which finds the size of
+            // a coalesced run's datagrams and keeps its first.
+            let read = if self.read_bufs == 1 {
                 // SAFETY: one free buffer, as above; the slab outlives the call.
                 unsafe { gro.read_one(self.rx.at(self.reposts[at] as usize)) }
             } else {
@@ -782,7 +785,11 @@ impl ChannelRes {
                 Ok(Some(l)) => l,
                 Ok(None) => return,
                 Err(e) => {
-                    tracing::debug!("recvmsg on the data socket: {}", strerror(e));
+                    tracing::debug!(
+                        "reading the socket of port {}: {}",
+                        self.port(),
+                        strerror(e)
+                    );
                     return;
                 }
             };

@@ -23,7 +23,8 @@
 //! - Receive: [`Module::poll`] yields [`Completion::Recv`]; the bytes are read in place
 //!   ([`Module::rx_bytes`], or [`Module::rx_ptr`] for the PML, stable while the module lives)
 //!   and the buffer goes back with [`Module::repost`], posted in batches (`FI_MORE` on all
-//!   but the last) by [`Module::flush_reposts`].
+//!   but the last) by [`Module::flush_reposts`]; a channel that reads its socket itself (the
+//!   udp provider, `gro.rs`) posts none and reads into the returned ones.
 //! - Faults: [`Module::set_faults`] with a [`FaultConfig`] drops, duplicates or delays a seeded
 //!   fraction of sends/receives (`fault.rs`; off by default, one branch per call when off).
 //! - `Drop` closes endpoints, registrations, CQs, AV, domain, fabric in that order and unmaps

@@ -580,9 +580,9 @@ impl Module {
         self.channels[ch(c)].batch_stats()
     }
 
-    /// Whether channel `c` reads its socket itself, runs of datagrams at a time where the
-    /// kernel coalesced them (`gro.rs`): the udp provider with `FabricConfig::gro` and a kernel
-    /// with `UDP_GRO`.
+    /// Whether channel `c` reads its socket itself (`gro.rs`): the udp provider with
+    /// `FabricConfig::gro`; runs of datagrams at a time on a data channel whose datagrams can
+    /// run together, with enough buffers and a kernel with `UDP_GRO`, else one at a time.
     pub fn reads_socket(&self, c: Channel) -> bool {
         self.channels[ch(c)].reads_socket()
     }
@@ -615,7 +615,7 @@ impl Module {
     }
 
     /// Read up to `max` completions of channel `ch` into `out` (send completions free their
-    /// buffer); a channel that reads runs of datagrams (`reads_socket`) never splits one, so the
+    /// buffer); a channel that reads runs of datagrams (`gro.rs`) never splits one, so the
     /// last run read may take it up to 63 past `max`. Never blocks. An `Err` is a failure of
     /// the CQ itself, not of one operation.
     pub fn poll(
