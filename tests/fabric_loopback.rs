@@ -40,6 +40,14 @@ fn post(m: &mut Module, ch: Channel, to: &PeerAddr, data: &[u8]) -> Posted {
     m.post_send(ch, id, data.len(), to).expect("post_send")
 }
 
+/// Posts each datagram of `run` to `to` on the data channel and sends what was batched.
+fn post_run(m: &mut Module, to: &PeerAddr, run: &[Vec<u8>]) {
+    for d in run {
+        let _ = post(m, Channel::Data, to, d);
+    }
+    m.flush_sends(Channel::Data).unwrap();
+}
+
 /// Polls until `want.len()` datagrams arrived on `ch` (bounded), and checks them in order.
 fn expect_datagrams(m: &mut Module, ch: Channel, want: &[Vec<u8>]) {
     let mut got = Vec::new();
@@ -698,10 +706,7 @@ fn without_gro_the_provider_reads_a_run_datagram_by_datagram() {
     assert!(!b.reads_socket(Channel::Data));
     let to_b = a.insert_peer(&b.local_address()).unwrap();
     let run: Vec<Vec<u8>> = (0..10).map(|i| pattern(1472, 50 + i as u8)).collect();
-    for d in &run {
-        let _ = post(&mut a, Channel::Data, &to_b, d);
-    }
-    a.flush_sends(Channel::Data).unwrap();
+    post_run(&mut a, &to_b, &run);
     assert_eq!(a.batch_stats(Channel::Data), (1, 10));
     expect_datagrams(&mut b, Channel::Data, &run);
     assert_eq!(b.gro_stats(Channel::Data), (0, 0));
@@ -718,10 +723,7 @@ fn with_few_receive_buffers_the_channel_reads_a_run_one_datagram_at_a_time() {
     assert!(b.reads_socket(Channel::Data));
     let to_b = a.insert_peer(&b.local_address()).unwrap();
     let run: Vec<Vec<u8>> = (0..20).map(|i| pattern(1472, 70 + i as u8)).collect();
-    for d in &run {
-        let _ = post(&mut a, Channel::Data, &to_b, d);
-    }
-    a.flush_sends(Channel::Data).unwrap();
+    post_run(&mut a, &to_b, &run);
     assert_eq!(a.batch_stats(Channel::Data), (1, 20));
     expect_datagrams(&mut b, Channel::Data, &run);
     assert_eq!(b.gro_stats(Channel::Data), (0, 0), "one datagram per read");
@@ -771,10 +773,7 @@ fn a_channel_whose_caller_holds_most_buffers_still_reads_what_fits() {
     // A run of 44 now finds 10 free buffers: the first 10 land, the rest are lost as on a
     // wire (the protocol repairs them); the channel does not stop reading.
     let run: Vec<Vec<u8>> = (0..44).map(|i| pattern(1472, 100 + i as u8)).collect();
-    for d in &run {
-        let _ = post(&mut t.a, Channel::Data, &t.to_b, d);
-    }
-    t.a.flush_sends(Channel::Data).unwrap();
+    post_run(&mut t.a, &t.to_b, &run);
     let landed = hold_datagrams(&mut t.b, 10);
     let got: Vec<Vec<u8>> = landed.iter().map(|(_, d)| d.clone()).collect();
     assert_eq!(got, run[..10].to_vec());
@@ -784,10 +783,7 @@ fn a_channel_whose_caller_holds_most_buffers_still_reads_what_fits() {
     let (buf, _) = held.pop().unwrap();
     t.b.repost(Channel::Data, buf);
     let run2: Vec<Vec<u8>> = (0..44).map(|i| pattern(1472, 150 + i as u8)).collect();
-    for d in &run2 {
-        let _ = post(&mut t.a, Channel::Data, &t.to_b, d);
-    }
-    t.a.flush_sends(Channel::Data).unwrap();
+    post_run(&mut t.a, &t.to_b, &run2);
     let one = hold_datagrams(&mut t.b, 1);
     assert_eq!(one.len(), 1, "nothing landed in the one free buffer");
     assert_eq!(one[0].1, run2[0]);
@@ -798,10 +794,7 @@ fn a_channel_whose_caller_holds_most_buffers_still_reads_what_fits() {
     }
     t.b.flush_reposts().unwrap();
     let before = t.b.gro_stats(Channel::Data);
-    for d in &run {
-        let _ = post(&mut t.a, Channel::Data, &t.to_b, d);
-    }
-    t.a.flush_sends(Channel::Data).unwrap();
+    post_run(&mut t.a, &t.to_b, &run);
     expect_datagrams(&mut t.b, Channel::Data, &run);
     assert_eq!(t.b.gro_stats(Channel::Data), (before.0 + 1, before.1 + 44));
 }
@@ -822,10 +815,7 @@ fn a_run_of_64_smaller_datagrams_from_a_peer_with_a_smaller_mtu_is_read_whole() 
     assert_eq!(a.batch_room(Channel::Data), 64);
     let to_b = a.insert_peer(&b.local_address()).unwrap();
     let run: Vec<Vec<u8>> = (0..64).map(|i| pattern(1000, i as u8)).collect();
-    for d in &run {
-        let _ = post(&mut a, Channel::Data, &to_b, d);
-    }
-    a.flush_sends(Channel::Data).unwrap();
+    post_run(&mut a, &to_b, &run);
     assert_eq!(a.batch_stats(Channel::Data), (1, 64));
     expect_datagrams(&mut b, Channel::Data, &run);
     assert_eq!(b.gro_stats(Channel::Data), (1, 64));

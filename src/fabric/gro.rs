@@ -134,15 +134,7 @@ impl Gro {
                 libc::MSG_DONTWAIT | libc::MSG_TRUNC,
             )
         };
-        if r < 0 {
-            let e = last_errno();
-            return if e == libc::EAGAIN || e == libc::EWOULDBLOCK {
-                Ok(None)
-            } else {
-                Err(e)
-            };
-        }
-        Ok(Some(layout(r as usize, None, self.seg, 1)))
+        Ok(read_len(r)?.map(|len| layout(len, None, self.seg, 1)))
     }
 
     /// Reads the next waiting run into `bufs`, in order, and returns how its bytes lie in them
@@ -176,15 +168,9 @@ impl Gro {
         // socket, which outlives the endpoint that owns this reader. MSG_TRUNC: the run's
         // whole length comes back, also where it did not fit.
         let r = unsafe { libc::recvmsg(self.fd, &mut msg, libc::MSG_DONTWAIT | libc::MSG_TRUNC) };
-        if r < 0 {
-            let e = last_errno();
-            return if e == libc::EAGAIN || e == libc::EWOULDBLOCK {
-                Ok(None)
-            } else {
-                Err(e)
-            };
-        }
-        let len = r as usize;
+        let Some(len) = read_len(r)? else {
+            return Ok(None);
+        };
         let gso = gso_size(&msg);
         if gso.is_none() && msg.msg_flags & libc::MSG_CTRUNC != 0 {
             return Ok(Some(Layout::Oversize { len }));
@@ -231,6 +217,19 @@ impl Gro {
             // SAFETY: b has `seg` >= `size` >= d.len() writable bytes, scratch is ours.
             unsafe { std::ptr::copy_nonoverlapping(d.as_ptr(), b, d.len()) };
         }
+    }
+}
+
+/// The length a read returned; None when nothing was waiting, else the errno of its failure.
+fn read_len(r: isize) -> Result<Option<usize>, i32> {
+    if r >= 0 {
+        return Ok(Some(r as usize));
+    }
+    let e = last_errno();
+    if e == libc::EAGAIN || e == libc::EWOULDBLOCK {
+        Ok(None)
+    } else {
+        Err(e)
     }
 }
 
