@@ -105,9 +105,6 @@ pub(crate) struct ChannelRes {
     /// time. The provider is then given no receive buffer (it reads only into posted ones),
     /// and `reposts` holds the free ones.
     gro: Option<Gro>,
-    /// Buffers one read offers at most: `READ_BUFS` where the kernel may coalesce a run (up to
-    /// 64 datagrams of any equal size, not only the full ones our own batches send), else 1.
-    read_bufs: usize,
     /// Sends given to the provider whose completion has not been read. Reading the socket
     /// itself with none of these, the channel has nothing in the provider's CQ, and `poll`
     /// skips `fi_cq_read` (the provider's lock pair and progress pass).
@@ -207,11 +204,11 @@ impl ChannelRes {
         let batch = raw
             .filter(|_| socket_use.batch)
             .and_then(|fd| Batch::new(fd, sizes.mtu));
-        // Also where datagrams never run together (65507 bytes on `lo`, the priority channel's
-        // lone tiny ones): one `recv` of our own per datagram (`gro.rs`).
-        // A run needs a buffer per datagram: with fewer than twice a read's worth the caller's
-        // held buffers would leave too few, and a run's tail would be lost (one at a time,
-        // the kernel splits runs and nothing is lost).
+        // Runs where datagrams can run together and a run finds a buffer per datagram (with
+        // fewer than twice a read's worth the caller's held buffers would leave too few, and a
+        // run's tail would be lost); otherwise (65507 bytes on `lo`, the priority channel's lone
+        // tiny ones, few buffers) one `recv` of our own per datagram, the kernel splitting
+        // runs, nothing lost (`gro.rs`).
         let runs = socket_use.runs && 2 * sizes.mtu <= MAX_RUN_BYTES && sizes.rd >= 2 * READ_BUFS;
         let gro = raw
             .filter(|_| socket_use.read)
@@ -264,7 +261,6 @@ impl ChannelRes {
             socket_buffers,
             batch,
             gro,
-            read_bufs: if runs { READ_BUFS } else { 1 },
             provider_sends: 0,
             tx_free: (0..sizes.sd as u32).rev().collect(),
             tx_state: vec![TxState::Free; sizes.sd],
@@ -754,23 +750,21 @@ impl ChannelRes {
     /// `max` datagrams are out (a run is never split: one read may overshoot), or, with
     /// `first`, after the first read. Each datagram is a `Completion::Recv` of a buffer of its
     /// own, as from the provider. A read of runs is offered up to `READ_BUFS` free buffers;
-    /// with fewer free
-    /// (the caller holds many), what does not fit a run is lost like datagrams on a wire,
-    /// rather than the channel going deaf while its caller waits for them. A failed read
-    /// ends the pass (the provider ignored them as well).
+    /// with fewer free (the caller holds many), what does not fit a run is lost like
+    /// datagrams on a wire, rather than the channel going deaf while its caller waits for
+    /// them. A failed read ends the pass (the provider ignored them as well).
     fn read_runs(&mut self, max: usize, first: bool, out: &mut Vec<Completion>) {
         let mut got = 0;
         while got < max && !self.reposts.is_empty() {
             let Some(gro) = self.gro.as_mut() else {
                 return;
             };
-            let k = self.reposts.len().min(self.read_bufs);
+            let per_read = gro.per_read();
+            let k = self.reposts.len().min(per_read);
             let at = self.reposts.len() - k;
             // The buffers read into are free ones (`reposts`, neither posted nor lent),
             // distinct slab entries of `mtu + 1` bytes each (no prefix on this path).
-            // On a socket with UDP_GRO even one buffer takes `read`, which finds the size of
-            // a coalesced run's datagrams and keeps its first.
-            let read = if self.read_bufs == 1 {
+            let read = if per_read == 1 {
                 // SAFETY: one free buffer, as above; the slab outlives the call.
                 unsafe { gro.read_one(self.rx.at(self.reposts[at] as usize)) }
             } else {

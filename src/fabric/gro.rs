@@ -80,6 +80,8 @@ pub(crate) struct Gro {
     fd: RawFd,
     /// Every buffer's length: the channel MTU.
     seg: usize,
+    /// `UDP_GRO` is set: a read may return a run (`read`), else one datagram (`read_one`).
+    runs: bool,
     /// Bytes of a read whose datagrams are moved (`resplit`).
     scratch: Vec<u8>,
     /// Reads that returned more than one datagram, and the datagrams they returned.
@@ -95,6 +97,7 @@ impl Gro {
         let reader = Gro {
             fd,
             seg,
+            runs,
             scratch: Vec::new(),
             reads: 0,
             datagrams: 0,
@@ -114,6 +117,18 @@ impl Gro {
             )
         };
         (r == 0).then_some(reader)
+    }
+
+    /// Buffers one read takes at most: `READ_BUFS` where the kernel may coalesce a run (up to
+    /// 64 datagrams of any equal size, not only the full ones our own batches send), else 1.
+    /// On a socket with `UDP_GRO` even one buffer takes `read`, which finds the size of a
+    /// coalesced run's datagrams and keeps its first.
+    pub(crate) fn per_read(&self) -> usize {
+        if self.runs {
+            READ_BUFS
+        } else {
+            1
+        }
     }
 
     /// Reads the next waiting datagram into `buf`: None when nothing is waiting, the errno
@@ -327,8 +342,13 @@ mod tests {
 
     impl Rx {
         fn new(seg: usize) -> Rx {
+            Rx::reading(seg, true)
+        }
+
+        /// A reader of runs (`UDP_GRO`) or of one datagram at a time.
+        fn reading(seg: usize, runs: bool) -> Rx {
             let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-            let gro = Gro::new(sock.as_raw_fd(), seg, true).expect("UDP_GRO on this kernel");
+            let gro = Gro::new(sock.as_raw_fd(), seg, runs).expect("UDP_GRO on this kernel");
             Rx {
                 sock,
                 gro,
@@ -350,16 +370,31 @@ mod tests {
 
         /// `read`, offering only the first `k` buffers.
         fn read_into(&mut self, k: usize) -> Layout {
-            let t = std::time::Instant::now();
-            loop {
+            wait(|| {
                 let ptrs: Vec<*mut u8> = self.mem[..k].iter_mut().map(|b| b.as_mut_ptr()).collect();
                 // SAFETY: READ_BUFS distinct Vecs of `seg` bytes, borrowed for the call.
-                if let Some(l) = unsafe { self.gro.read(&ptrs) }.unwrap() {
-                    return l;
-                }
-                assert!(t.elapsed().as_secs() < 2, "nothing arrived");
-                std::thread::yield_now();
+                unsafe { self.gro.read(&ptrs) }.unwrap()
+            })
+        }
+
+        /// Waits (up to 2 s) for `read_one` into the first buffer to return something.
+        fn read_one(&mut self) -> Layout {
+            wait(|| {
+                // SAFETY: a Vec of `seg` bytes, borrowed for the call.
+                unsafe { self.gro.read_one(self.mem[0].as_mut_ptr()) }.unwrap()
+            })
+        }
+    }
+
+    /// Retries `read` (up to 2 s) until it returns something.
+    fn wait(mut read: impl FnMut() -> Option<Layout>) -> Layout {
+        let t = std::time::Instant::now();
+        loop {
+            if let Some(l) = read() {
+                return l;
             }
+            assert!(t.elapsed().as_secs() < 2, "nothing arrived");
+            std::thread::yield_now();
         }
     }
 
@@ -447,37 +482,25 @@ mod tests {
 
     #[test]
     fn one_at_a_time_a_batch_arrives_split_and_an_oversized_datagram_is_dropped() {
-        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let mut one = Gro::new(sock.as_raw_fd(), 1472, false).unwrap();
-        let mut mem = vec![0u8; 1472];
-        let read = |g: &mut Gro, mem: &mut [u8]| {
-            let t = std::time::Instant::now();
-            loop {
-                // SAFETY: one Vec of `seg` bytes, borrowed for the call.
-                if let Some(l) = unsafe { g.read_one(mem.as_mut_ptr()) }.unwrap() {
-                    return l;
-                }
-                assert!(t.elapsed().as_secs() < 2, "nothing arrived");
-                std::thread::yield_now();
-            }
-        };
-        // SAFETY: as above.
-        assert_eq!(unsafe { one.read_one(mem.as_mut_ptr()) }, Ok(None));
+        let mut rx = Rx::reading(1472, false);
+        assert_eq!(rx.gro.per_read(), 1);
+        // SAFETY: a Vec of `seg` bytes, borrowed for the call.
+        assert_eq!(unsafe { rx.gro.read_one(rx.mem[0].as_mut_ptr()) }, Ok(None));
         // Without UDP_GRO the kernel splits a batch: one datagram per read, none lost.
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
         let sent: Vec<Vec<u8>> = (0..3).map(|i| pattern(40 + i, 1472)).collect();
-        batch_of(&tx, 1472, Dest::of(&sock), &sent);
+        batch_of(&tx, 1472, Dest::of(&rx.sock), &sent);
         for d in &sent {
-            assert_eq!(read(&mut one, &mut mem), split(1, 1472, 1472, false));
-            assert_eq!(&mem[..], &d[..]);
+            assert_eq!(rx.read_one(), split(1, 1472, 1472, false));
+            rx.landed(std::slice::from_ref(d));
         }
-        let to = sock.local_addr().unwrap();
+        let to = rx.sock.local_addr().unwrap();
         tx.send_to(&pattern(9, 1473), to).unwrap();
-        assert_eq!(read(&mut one, &mut mem), Layout::Oversize { len: 1473 });
+        assert_eq!(rx.read_one(), Layout::Oversize { len: 1473 });
         tx.send_to(&pattern(10, 5), to).unwrap();
-        assert_eq!(read(&mut one, &mut mem), split(1, 5, 5, false));
-        assert_eq!(&mem[..5], &pattern(10, 5)[..]);
-        assert_eq!(one.reads, 0);
+        assert_eq!(rx.read_one(), split(1, 5, 5, false));
+        rx.landed(&[pattern(10, 5)]);
+        assert_eq!(rx.gro.reads, 0);
     }
 
     #[test]

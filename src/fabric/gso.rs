@@ -256,10 +256,6 @@ mod tests {
     use std::net::UdpSocket;
     use std::os::fd::AsRawFd;
 
-    fn dest(s: &UdpSocket) -> Dest {
-        Dest::of(s)
-    }
-
     fn pair() -> (UdpSocket, UdpSocket) {
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
@@ -272,7 +268,7 @@ mod tests {
     fn a_batch_arrives_as_the_datagrams_it_was_made_of() {
         let (tx, rx) = pair();
         let mut b = Batch::new(tx.as_raw_fd(), 1000).expect("UDP_SEGMENT on this kernel");
-        let to = dest(&rx);
+        let to = Dest::of(&rx);
         for i in 0..5u8 {
             let hdr = [i; 40];
             let body = vec![i.wrapping_mul(7); 960];
@@ -303,7 +299,7 @@ mod tests {
         let (_, rx2) = pair();
         let mut b = Batch::new(tx.as_raw_fd(), 30000).unwrap();
         assert_eq!(b.max_segs, 2, "65507 bytes hold two datagrams of 30000");
-        let (to, other) = (dest(&rx), dest(&rx2));
+        let (to, other) = (Dest::of(&rx), Dest::of(&rx2));
         assert!(!b.must_flush_for(to), "an empty batch takes anyone");
         let d = vec![1u8; 30000];
         assert!(!b.push(to, [&d, &[], &[]]));
@@ -321,7 +317,7 @@ mod tests {
     fn one_datagram_goes_without_segmentation_and_nothing_is_sent_twice() {
         let (tx, rx) = pair();
         let mut b = Batch::new(tx.as_raw_fd(), 1000).unwrap();
-        b.push(dest(&rx), [&[5u8; 1000], &[], &[]]);
+        b.push(Dest::of(&rx), [&[5u8; 1000], &[], &[]]);
         b.flush().unwrap();
         b.flush().unwrap();
         assert_eq!(
