@@ -31,9 +31,9 @@ OUT=${SUITE_OUT:-$ROOT/target/suite/faults-$(date -u +%Y%m%dT%H%M%S)-$$}
 mkdir -p "$OUT"
 
 # ---------------------------------------------------------------------------------------------
-# HOOK (fill in when the plugin defines them, issue 4 point 3): the usnic BTL's own fault injector.
-# netns-cluster.sh cannot duplicate packets (its netem emulation refuses "duplicate"), so duplication
-# comes from the BTL's injector, e.g. "--mca btl_usnic_fault_dup 0.01 --mca btl_usnic_fault_seed 7".
+# The usnic BTL's own fault injector: netns-cluster.sh cannot duplicate packets (its netem
+# emulation refuses "duplicate"), so duplication comes from the BTL, e.g.
+# "--mca btl_usnic_fault_send_dup 1 --mca btl_usnic_fault_seed 7" (percentages).
 USNIC_FAULT_DUP_MCA=${USNIC_FAULT_DUP_MCA:---mca btl_usnic_fault_send_dup 1 --mca btl_usnic_fault_seed 7}   # 1 % duplicated datagrams
 # ---------------------------------------------------------------------------------------------
 
