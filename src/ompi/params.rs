@@ -415,6 +415,7 @@ impl Settings {
             local_id: 0,
             local_key: 0,
             isn: 0,
+            hash_key: 0,
             rx_window: 0,
             max_held: 0,
             prompt_ack_from: self.copy_below(),

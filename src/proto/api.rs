@@ -74,6 +74,9 @@ pub struct Config {
     pub local_key: u64,
     /// Initial sequence number of this module's send direction.
     pub isn: u16,
+    /// Secret of the hash maps whose keys datagrams choose (reassembly and GET request ids):
+    /// drawn at random by the edge and never sent, so no peer can make them collide.
+    pub hash_key: u64,
     /// Data-channel datagrams this module can absorb while it is not polling (what its
     /// receive queue and socket buffer hold); 0 = no limit. Peers keep no more than this in
     /// flight towards it, because what arrives beyond it is dropped by the kernel.
@@ -133,6 +136,7 @@ impl Default for Config {
             local_id: 0,
             local_key: 0,
             isn: 0,
+            hash_key: 0,
             rx_window: 0,
             max_held: 0,
             prompt_ack_from: DEFAULT_PROMPT_ACK_FROM,

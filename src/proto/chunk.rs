@@ -6,10 +6,10 @@
 //! needs few of them) as the list of the chunks where they arrived, so the PML reads them
 //! there and the bytes cross memory once less.
 
-use std::collections::HashMap;
 use std::ops::Range;
 
 use super::api::Piece;
+use super::idmap::{KeyedIdMap, KeyedIds};
 use super::spare::Spares;
 
 /// Most pieces a kept fragment may have: Open MPI's `MCA_BTL_DES_MAX_SEGMENTS`, the segments
@@ -41,10 +41,17 @@ pub enum Whole {
 
 #[derive(Debug, Default)]
 pub struct Reassembler {
-    frags: HashMap<u32, Reassembly>,
+    /// By message id, which the sending peer chooses: hashed under a secret.
+    frags: KeyedIdMap<u32, Reassembly>,
 }
 
 impl Reassembler {
+    pub fn keyed(hash_key: u64) -> Reassembler {
+        Reassembler {
+            frags: KeyedIdMap::with_hasher(KeyedIds(hash_key)),
+        }
+    }
+
     /// Whether a chunk (id, tag, total) is consistent with what was seen of that fragment.
     pub fn consistent(&self, id: u32, tag: u8, total: u32) -> bool {
         match self.frags.get(&id) {

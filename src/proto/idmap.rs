@@ -1,15 +1,32 @@
 //! Hash maps keyed by identifiers, with a cheap hash.
 //!
 //! The standard map's SipHash cost about 140 instructions per lookup, three lookups per small
-//! message (peer by sender id, inline send sizes by cookie). The keys here are not chosen by a
-//! remote party where it could insert them (peers are added from the modex; cookies are
-//! counters), so the flooding resistance SipHash buys is not needed; maps whose entries a
-//! datagram creates keep the standard hasher.
+//! message (peer by sender id, inline send sizes by cookie), and two per chunk of a fragment
+//! (reassembly by message id: 5.4k of a 32 KiB message's 143k instructions at MTU 1500). Where
+//! the keys are not chosen by a remote party (peers come from the modex; cookies are counters)
+//! `IdMap` hashes them unkeyed. Where a datagram creates the entries (`KeyedIdMap`), the hash
+//! is keyed by a secret of this process, so a peer cannot aim its ids at one bucket.
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 
 /// A `HashMap` hashing its integer keys with `splitmix64`.
 pub type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
+
+/// A `HashMap` whose integer keys come from datagrams, hashed with `splitmix64` under the
+/// secret in `KeyedIds`.
+pub type KeyedIdMap<K, V> = HashMap<K, V, KeyedIds>;
+
+/// The secret a `KeyedIdMap` hashes with (`Config::hash_key`).
+#[derive(Default, Clone, Copy, Debug)]
+pub struct KeyedIds(pub u64);
+
+impl BuildHasher for KeyedIds {
+    type Hasher = IdHasher;
+
+    fn build_hasher(&self) -> IdHasher {
+        IdHasher(self.0)
+    }
+}
 
 /// SplitMix64's output function: a bijection of `u64` whose every output bit depends on every
 /// input bit (the map uses both the low bits, for the bucket, and the high bits).
@@ -77,6 +94,25 @@ mod tests {
             low.len()
         );
         assert_eq!(high.len(), 128, "every top-7-bit value appears");
+    }
+
+    #[test]
+    fn keyed_maps_place_the_same_ids_differently_under_different_secrets() {
+        let mut m: KeyedIdMap<u32, u32> = KeyedIdMap::with_hasher(KeyedIds(7));
+        for k in 0..4096u32 {
+            m.insert(k, k + 1);
+        }
+        for k in 0..4096u32 {
+            assert_eq!(m.get(&k), Some(&(k + 1)));
+        }
+        // What decides the bucket (the low bits) differs between two secrets for most ids,
+        // so ids that crowd one bucket under one secret are spread under another.
+        let (a, b) = (KeyedIds(1), KeyedIds(2));
+        let differ = (0..4096u32)
+            .filter(|k| (a.hash_one(k) ^ b.hash_one(k)) & 0xfff != 0)
+            .count();
+        assert!(differ > 4000, "{differ} of 4096 ids moved");
+        assert_ne!(a.hash_one(5u32), b.hash_one(5u32));
     }
 
     #[test]

@@ -1,11 +1,12 @@
 //! Everything the engine keeps about one remote module.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use super::api::{Cookie, Instant, PeerInfo};
 use super::chunk::Reassembler;
 use super::fragment::OpSlab;
 use super::hotel::Hotel;
+use super::idmap::{KeyedIdMap, KeyedIds};
 use super::rtt::Rtt;
 use super::window::{RecvWindow, SendWindow};
 
@@ -82,8 +83,8 @@ pub struct Peer {
     pub next_msg_id: u32,
     pub next_request: u32,
     /// Put ids in flight -> op index (for refusals).
-    pub puts: HashMap<u32, u32>,
-    pub gets: HashMap<u32, PendingGet>,
+    pub puts: KeyedIdMap<u32, u32>,
+    pub gets: KeyedIdMap<u32, PendingGet>,
     pub held_puts: Vec<HeldPut>,
     /// Lent sends sent whole, in the order their `Op::release_at` falls due: (slab index,
     /// release_at). Those shorter than `Config::lent_copy_below` are in `copy_q`, due at once;
@@ -100,7 +101,7 @@ pub struct Peer {
     pub ack_due: bool,
     pub reasm: Reassembler,
     /// GET requests received, waiting for `answer_get`: request -> length.
-    pub get_requests: HashMap<u32, u64>,
+    pub get_requests: KeyedIdMap<u32, u64>,
     pub last_refused_put: Option<u32>,
     /// Put refusals queued without a sequence number yet: no acknowledgement information
     /// leaves for this peer until they have one (see `wire::AckInfo::snd_next`).
@@ -173,16 +174,16 @@ impl Peer {
             last_progress: now,
             next_msg_id: 1,
             next_request: 1,
-            puts: HashMap::new(),
-            gets: HashMap::new(),
+            puts: KeyedIdMap::with_hasher(KeyedIds(cfg.hash_key)),
+            gets: KeyedIdMap::with_hasher(KeyedIds(cfg.hash_key)),
             held_puts: Vec::new(),
             lent_q: VecDeque::new(),
             copy_q: VecDeque::new(),
             ack_owed: false,
             ack_deadline: Instant(0),
             ack_due: false,
-            reasm: Reassembler::default(),
-            get_requests: HashMap::new(),
+            reasm: Reassembler::keyed(cfg.hash_key),
+            get_requests: KeyedIdMap::with_hasher(KeyedIds(cfg.hash_key)),
             last_refused_put: None,
             refusals_unsent: 0,
             in_prio_ready: false,
