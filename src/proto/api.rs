@@ -74,8 +74,10 @@ pub struct Config {
     pub local_key: u64,
     /// Initial sequence number of this module's send direction.
     pub isn: u16,
-    /// Secret of the hash maps whose keys datagrams choose (reassembly and GET request ids):
-    /// drawn at random by the edge and never sent, so no peer can make them collide.
+    /// Secret of the per-peer id maps (`KeyedIdMap`: reassembly and GET requests, whose ids
+    /// datagrams choose, and this side's PUT and GET ids): drawn at random by the edge and
+    /// never sent, so a peer cannot choose ids that crowd one bucket. 0 (the default) is a
+    /// secret too, for tests, but a known one.
     pub hash_key: u64,
     /// Data-channel datagrams this module can absorb while it is not polling (what its
     /// receive queue and socket buffer hold); 0 = no limit. Peers keep no more than this in

@@ -39,7 +39,7 @@ pub enum Whole {
     Pieces(u8, usize, Vec<Piece>, u32),
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Reassembler {
     /// By message id, which the sending peer chooses: hashed under a secret.
     frags: KeyedIdMap<u32, Reassembly>,
@@ -161,7 +161,7 @@ mod tests {
 
     #[test]
     fn kept_pieces_come_out_in_order() {
-        let mut r = Reassembler::default();
+        let mut r = Reassembler::keyed(0);
         let mut spares = Spares::default();
         let cs = chunks(1000, 300);
         let order = [2, 0, 3, 1];
@@ -202,7 +202,7 @@ mod tests {
     fn too_many_pieces_or_no_budget_copy_instead() {
         let mut spares = Spares::default();
         for (size, budget) in [(10, 1000), (300, 3)] {
-            let mut r = Reassembler::default();
+            let mut r = Reassembler::keyed(0);
             let cs = chunks(1000, size);
             let mut out = None;
             for (k, (off, d)) in cs.iter().enumerate() {
@@ -226,7 +226,7 @@ mod tests {
 
     #[test]
     fn chunk_without_handle_in_a_kept_fragment_is_copied_and_clear_releases() {
-        let mut r = Reassembler::default();
+        let mut r = Reassembler::keyed(0);
         let mut spares = Spares::default();
         let cs = chunks(900, 300);
         let mut add = |r: &mut Reassembler, id: u32, k: usize, hold: Option<u64>| {

@@ -1,11 +1,13 @@
 //! Hash maps keyed by identifiers, with a cheap hash.
 //!
-//! The standard map's SipHash cost about 140 instructions per lookup, three lookups per small
-//! message (peer by sender id, inline send sizes by cookie), and two per chunk of a fragment
-//! (reassembly by message id: 5.4k of a 32 KiB message's 143k instructions at MTU 1500). Where
-//! the keys are not chosen by a remote party (peers come from the modex; cookies are counters)
-//! `IdMap` hashes them unkeyed. Where a datagram creates the entries (`KeyedIdMap`), the hash
-//! is keyed by a secret of this process, so a peer cannot aim its ids at one bucket.
+//! The standard map's SipHash cost about 140 instructions per lookup: per small message in the
+//! lookup of the peer by sender id, and twice per chunk of a fragment in reassembly by message
+//! id (5.4k of a 32 KiB message's 143k instructions at MTU 1500). Where no remote party
+//! chooses the keys (peers come from the modex) `IdMap` hashes them unkeyed. Where datagrams
+//! create the entries (reassembly, GET requests) `KeyedIdMap` hashes under a secret of this
+//! process, so a peer that cannot see the secret cannot aim its ids at one bucket (splitmix64
+//! is no cryptographic hash: this resists blind choice, not an attacker timing lookups). A
+//! `KeyedIdMap` always names its secret: it has no default.
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 
@@ -16,8 +18,10 @@ pub type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 /// secret in `KeyedIds`.
 pub type KeyedIdMap<K, V> = HashMap<K, V, KeyedIds>;
 
-/// The secret a `KeyedIdMap` hashes with (`Config::hash_key`).
-#[derive(Default, Clone, Copy, Debug)]
+/// The secret a `KeyedIdMap` hashes with (`Config::hash_key`). The hash of an id is
+/// `splitmix64(splitmix64(secret) ^ id)`: the secret is mixed before the id joins it, so it
+/// changes which ids collide, not only where they land.
+#[derive(Clone, Copy, Debug)]
 pub struct KeyedIds(pub u64);
 
 impl BuildHasher for KeyedIds {
@@ -67,7 +71,6 @@ impl Hasher for IdHasher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::hash::BuildHasher;
 
     #[test]
     fn keys_map_to_their_values() {
@@ -113,6 +116,21 @@ mod tests {
             .count();
         assert!(differ > 4000, "{differ} of 4096 ids moved");
         assert_ne!(a.hash_one(5u32), b.hash_one(5u32));
+
+        // Ids that share their low bits under one secret (a bucket a peer might aim at) do
+        // not under another: a secret xored onto the hash's output would keep them together.
+        let crowd: Vec<u32> = (0..1u32 << 20)
+            .filter(|k| a.hash_one(k) & 0x3ff == 0)
+            .take(64)
+            .collect();
+        assert_eq!(crowd.len(), 64);
+        let spread: std::collections::HashSet<u64> =
+            crowd.iter().map(|k| b.hash_one(k) & 0x3ff).collect();
+        assert!(
+            spread.len() > 50,
+            "64 crowded ids fill {} buckets",
+            spread.len()
+        );
     }
 
     #[test]
