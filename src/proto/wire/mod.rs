@@ -176,7 +176,10 @@ impl Header {
     /// `buf` must be at least `self.header_len()` bytes (checked by the caller).
     pub fn emit(&self, buf: &mut [u8]) -> usize {
         let n = self.header_len();
-        let b = &mut buf[..n];
+        // Fixed-size views: every field write below then needs no bounds check of its own.
+        let (b, rest) = buf[..n]
+            .split_first_chunk_mut::<BASE_LEN>()
+            .expect("n >= BASE_LEN");
         b[OFF_VERSION] = VERSION;
         b[OFF_KIND] = self.kind as u8;
         b[OFF_FLAGS] = match self.ack {
@@ -196,15 +199,17 @@ impl Header {
         put16(b, OFF_DSACK, ack.dsack.unwrap_or(0));
         put32(b, OFF_TX, self.tx);
         put32(b, OFF_ECHO, ack.echo);
-        if n >= MSG_LEN {
-            put32(b, OFF_ID, self.id);
-            put32(b, OFF_TOTAL, self.total);
-            put32(b, OFF_OFFSET, self.offset);
-            put32(b, OFF_RESERVED1, 0);
+        if let Some(m) = rest.first_chunk_mut::<{ MSG_LEN - BASE_LEN }>() {
+            put32(m, OFF_ID - BASE_LEN, self.id);
+            put32(m, OFF_TOTAL - BASE_LEN, self.total);
+            put32(m, OFF_OFFSET - BASE_LEN, self.offset);
+            put32(m, OFF_RESERVED1 - BASE_LEN, 0);
         }
-        if n >= REGION_LEN {
-            put64(b, OFF_REGION, self.region);
-            put64(b, OFF_REGION_OFFSET, self.region_offset);
+        if let Some(r) = rest.get_mut(MSG_LEN - BASE_LEN..) {
+            if let Some(r) = r.first_chunk_mut::<{ REGION_LEN - MSG_LEN }>() {
+                put64(r, OFF_REGION - MSG_LEN, self.region);
+                put64(r, OFF_REGION_OFFSET - MSG_LEN, self.region_offset);
+            }
         }
         n
     }
@@ -213,14 +218,15 @@ impl Header {
 /// Parses and validates one datagram. On success returns the header and the payload's byte
 /// range inside `dg`. Trailing bytes after the payload (link padding) are ignored.
 pub fn parse(dg: &[u8]) -> Result<(Header, core::ops::Range<usize>), ParseError> {
-    if dg.len() < BASE_LEN {
+    // Fixed-size views: the field reads below then need no bounds checks of their own.
+    let Some((b, rest)) = dg.split_first_chunk::<BASE_LEN>() else {
         return Err(ParseError::Short);
-    }
-    if dg[OFF_VERSION] != VERSION {
+    };
+    if b[OFF_VERSION] != VERSION {
         return Err(ParseError::Version);
     }
-    let kind = Kind::from_u8(dg[OFF_KIND]).ok_or(ParseError::Kind)?;
-    let flags = dg[OFF_FLAGS];
+    let kind = Kind::from_u8(b[OFF_KIND]).ok_or(ParseError::Kind)?;
+    let flags = b[OFF_FLAGS];
     if flags & !(FLAG_ACK | FLAG_DSACK) != 0 || flags == FLAG_DSACK {
         return Err(ParseError::Flags);
     }
@@ -229,14 +235,14 @@ pub fn parse(dg: &[u8]) -> Result<(Header, core::ops::Range<usize>), ParseError>
         return Err(ParseError::Short);
     }
     let mut h = Header::new(kind);
-    h.tag = dg[OFF_TAG];
-    h.seq = get_split(dg, OFF_SEQ, OFF_SEQ_EPOCH);
-    let cum = get_split(dg, OFF_ACK, OFF_ACK_EPOCH);
-    let sack = get32(dg, OFF_SACK);
-    let snd_next = get_split(dg, OFF_SND_NEXT, OFF_SND_NEXT_EPOCH);
-    let dsack = get16(dg, OFF_DSACK);
-    h.tx = get32(dg, OFF_TX);
-    let echo = get32(dg, OFF_ECHO);
+    h.tag = b[OFF_TAG];
+    h.seq = get_split(b, OFF_SEQ, OFF_SEQ_EPOCH);
+    let cum = get_split(b, OFF_ACK, OFF_ACK_EPOCH);
+    let sack = get32(b, OFF_SACK);
+    let snd_next = get_split(b, OFF_SND_NEXT, OFF_SND_NEXT_EPOCH);
+    let dsack = get16(b, OFF_DSACK);
+    h.tx = get32(b, OFF_TX);
+    let echo = get32(b, OFF_ECHO);
     if flags & FLAG_DSACK == 0 && dsack != 0 {
         return Err(ParseError::Reserved);
     }
@@ -254,20 +260,27 @@ pub fn parse(dg: &[u8]) -> Result<(Header, core::ops::Range<usize>), ParseError>
         }
         None
     };
-    h.src = get64(dg, OFF_SRC);
-    h.key = get64(dg, OFF_KEY);
-    h.payload_len = get16(dg, OFF_PAYLOAD_LEN);
+    h.src = get64(b, OFF_SRC);
+    h.key = get64(b, OFF_KEY);
+    h.payload_len = get16(b, OFF_PAYLOAD_LEN);
     if hl >= MSG_LEN {
-        h.id = get32(dg, OFF_ID);
-        h.total = get32(dg, OFF_TOTAL);
-        h.offset = get32(dg, OFF_OFFSET);
-        if get32(dg, OFF_RESERVED1) != 0 {
+        let m = rest
+            .first_chunk::<{ MSG_LEN - BASE_LEN }>()
+            .ok_or(ParseError::Short)?;
+        h.id = get32(m, OFF_ID - BASE_LEN);
+        h.total = get32(m, OFF_TOTAL - BASE_LEN);
+        h.offset = get32(m, OFF_OFFSET - BASE_LEN);
+        if get32(m, OFF_RESERVED1 - BASE_LEN) != 0 {
             return Err(ParseError::Reserved);
         }
     }
     if hl >= REGION_LEN {
-        h.region = get64(dg, OFF_REGION);
-        h.region_offset = get64(dg, OFF_REGION_OFFSET);
+        let r = rest
+            .get(MSG_LEN - BASE_LEN..)
+            .and_then(|r| r.first_chunk::<{ REGION_LEN - MSG_LEN }>())
+            .ok_or(ParseError::Short)?;
+        h.region = get64(r, OFF_REGION - MSG_LEN);
+        h.region_offset = get64(r, OFF_REGION_OFFSET - MSG_LEN);
     }
     let plen = h.payload_len as usize;
     let end = hl + plen;
@@ -319,11 +332,13 @@ fn validate(h: &Header) -> Result<(), ParseError> {
 }
 
 /// An extended 32-bit value stored as its low half at `lo` and its epoch at `hi`.
+#[inline(always)]
 fn put_split(b: &mut [u8], lo: usize, hi: usize, v: u32) {
     put16(b, lo, v as u16);
     put16(b, hi, (v >> 16) as u16);
 }
 
+#[inline(always)]
 fn get_split(b: &[u8], lo: usize, hi: usize) -> u32 {
     get16(b, lo) as u32 | (get16(b, hi) as u32) << 16
 }
