@@ -263,6 +263,8 @@ pub fn parse(dg: &[u8]) -> Result<(Header, core::ops::Range<usize>), ParseError>
     h.src = get64(b, OFF_SRC);
     h.key = get64(b, OFF_KEY);
     h.payload_len = get16(b, OFF_PAYLOAD_LEN);
+    // The two extension views below cannot fail (`dg.len() >= hl` was checked above); `Short`
+    // keeps the path free of panics all the same.
     if hl >= MSG_LEN {
         let m = rest
             .first_chunk::<{ MSG_LEN - BASE_LEN }>()

@@ -98,8 +98,20 @@ fn round_trip_every_kind() {
 #[test]
 fn every_truncated_prefix_rejected() {
     for s in samples() {
+        let hl = parse(&s).unwrap().1.start;
         for n in 0..s.len() {
-            assert!(parse(&s[..n]).is_err(), "prefix {n} of {:?} accepted", s[1]);
+            // A cut header is short; a whole header with a cut payload has the wrong length.
+            let want = if n < hl {
+                ParseError::Short
+            } else {
+                ParseError::Length
+            };
+            assert_eq!(
+                parse(&s[..n]).unwrap_err(),
+                want,
+                "prefix {n} of {:?}",
+                s[1]
+            );
         }
     }
 }
@@ -265,6 +277,20 @@ fn transmission_number_and_echo_at_their_offsets() {
     let (h, r) = parse(&s[2]).unwrap();
     assert_eq!((h.tx, h.ack, r.start), (3, None, MSG_LEN));
     assert_eq!(get32(&s[2], OFF_ID), 44);
+}
+
+#[test]
+fn region_fields_at_their_offsets() {
+    let s = samples();
+    let (h, r) = parse(&s[3]).unwrap();
+    assert_eq!(
+        (h.kind, h.region, h.region_offset),
+        (Kind::Put, 0x1234, 1 << 40)
+    );
+    assert_eq!(r.start, REGION_LEN);
+    assert_eq!(get64(&s[3], OFF_REGION), 0x1234);
+    assert_eq!(get64(&s[3], OFF_REGION_OFFSET), 1 << 40);
+    assert_eq!((get32(&s[3], OFF_ID), get32(&s[3], OFF_OFFSET)), (45, 2));
 }
 
 /// A well-formed version 1 datagram (32-byte header, no epochs) of every kind that has a
