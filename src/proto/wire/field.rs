@@ -36,7 +36,7 @@ pub const FLAG_DSACK: u8 = 2;
 // The accessors are always inlined: `parse` and `emit` pass fixed-size header views, so with
 // the offsets constant every bounds check folds away. Left to LLVM, `get32` stayed a call
 // with four checks; the views and the inlining together took `parse` of one chunk from 211
-// instructions to 99 (callgrind, docs/levers.md, twentieth session).
+// instructions to 99-114 (callgrind, two builds; docs/levers.md, twentieth session).
 #[inline(always)]
 pub fn get16(b: &[u8], o: usize) -> u16 {
     u16::from_le_bytes([b[o], b[o + 1]])

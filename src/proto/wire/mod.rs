@@ -199,14 +199,14 @@ impl Header {
         put16(b, OFF_DSACK, ack.dsack.unwrap_or(0));
         put32(b, OFF_TX, self.tx);
         put32(b, OFF_ECHO, ack.echo);
-        if let Some(m) = rest.first_chunk_mut::<{ MSG_LEN - BASE_LEN }>() {
+        // The region extension follows the message extension (a header has neither, the first,
+        // or both).
+        if let Some((m, rest)) = rest.split_first_chunk_mut::<{ MSG_LEN - BASE_LEN }>() {
             put32(m, OFF_ID - BASE_LEN, self.id);
             put32(m, OFF_TOTAL - BASE_LEN, self.total);
             put32(m, OFF_OFFSET - BASE_LEN, self.offset);
             put32(m, OFF_RESERVED1 - BASE_LEN, 0);
-        }
-        if let Some(r) = rest.get_mut(MSG_LEN - BASE_LEN..) {
-            if let Some(r) = r.first_chunk_mut::<{ REGION_LEN - MSG_LEN }>() {
+            if let Some(r) = rest.first_chunk_mut::<{ REGION_LEN - MSG_LEN }>() {
                 put64(r, OFF_REGION - MSG_LEN, self.region);
                 put64(r, OFF_REGION_OFFSET - MSG_LEN, self.region_offset);
             }
@@ -266,8 +266,8 @@ pub fn parse(dg: &[u8]) -> Result<(Header, core::ops::Range<usize>), ParseError>
     // The two extension views below cannot fail (`dg.len() >= hl` was checked above); `Short`
     // keeps the path free of panics all the same.
     if hl >= MSG_LEN {
-        let m = rest
-            .first_chunk::<{ MSG_LEN - BASE_LEN }>()
+        let (m, rest) = rest
+            .split_first_chunk::<{ MSG_LEN - BASE_LEN }>()
             .ok_or(ParseError::Short)?;
         h.id = get32(m, OFF_ID - BASE_LEN);
         h.total = get32(m, OFF_TOTAL - BASE_LEN);
@@ -275,14 +275,14 @@ pub fn parse(dg: &[u8]) -> Result<(Header, core::ops::Range<usize>), ParseError>
         if get32(m, OFF_RESERVED1 - BASE_LEN) != 0 {
             return Err(ParseError::Reserved);
         }
-    }
-    if hl >= REGION_LEN {
-        let r = rest
-            .get(MSG_LEN - BASE_LEN..)
-            .and_then(|r| r.first_chunk::<{ REGION_LEN - MSG_LEN }>())
-            .ok_or(ParseError::Short)?;
-        h.region = get64(r, OFF_REGION - MSG_LEN);
-        h.region_offset = get64(r, OFF_REGION_OFFSET - MSG_LEN);
+        // A region extension only ever follows a message extension.
+        if hl >= REGION_LEN {
+            let r = rest
+                .first_chunk::<{ REGION_LEN - MSG_LEN }>()
+                .ok_or(ParseError::Short)?;
+            h.region = get64(r, OFF_REGION - MSG_LEN);
+            h.region_offset = get64(r, OFF_REGION_OFFSET - MSG_LEN);
+        }
     }
     let plen = h.payload_len as usize;
     let end = hl + plen;
