@@ -479,11 +479,9 @@ impl ChannelRes {
         fi_addr: sys::fi_addr_t,
     ) -> Result<Posted, FabricError> {
         let (i, total) = self.checked_gather(buf, len, body)?;
-        if self.batch.as_ref().is_some_and(|b| b.must_flush_for(to)) {
-            // A full socket: the caller keeps `buf` and retries after progress. Lost datagrams:
-            // this one was never tried and joins a new batch.
-            self.flush_or_log()?;
-        }
+        // A full socket: the caller keeps `buf` and retries after progress. Lost datagrams:
+        // this one was never tried and joins a new batch.
+        self.make_room(Some(to))?;
         let alone = total < self.mtu && self.batch.as_ref().is_some_and(|b| b.len() == 0);
         let Some(batch) = self.batch.as_mut().filter(|_| !alone) else {
             // A short datagram with nothing before it gains nothing from a batch: it goes
@@ -506,6 +504,38 @@ impl ChannelRes {
             let _ = self.flush_or_log();
         }
         Ok(Posted::Done)
+    }
+
+    /// Room for the next datagram of the batch, written in place and then sent by
+    /// `commit_batched` (a slot left uncommitted adds nothing). `None` where the channel does
+    /// not batch, or while the socket is too full to take what waits ahead (retry after
+    /// progress). The datagram is not copied again, and no send buffer is taken for it.
+    pub(crate) fn batch_slot(&mut self) -> Option<&mut [u8]> {
+        self.make_room(None).ok()?;
+        self.batch.as_mut()?.slot()
+    }
+
+    /// Adds the first `len` bytes of the `batch_slot` as a datagram to `to`; sent at once if
+    /// that completes the batch, else by a later flush. Never refused: a datagram for another
+    /// peer than the batch's waits behind it while the socket is full.
+    pub(crate) fn commit_batched(&mut self, len: usize, to: Dest) {
+        if self.batch.as_mut().is_some_and(|b| b.commit(to, len)) {
+            // A full socket keeps it for the next flush.
+            let _ = self.flush_or_log();
+        }
+    }
+
+    /// Flushes until the batch has room for a datagram (to `to`, if given). `Err` only for a
+    /// full socket (`-FI_EAGAIN`); a batch lost or ended by the kernel makes room too.
+    fn make_room(&mut self, to: Option<Dest>) -> Result<(), FabricError> {
+        while let Some(b) = self.batch.as_ref() {
+            if !(b.blocked() || to.is_some_and(|to| b.must_flush_for(to))) {
+                break;
+            }
+            // Each flush sends or drops what waits, a parked datagram moving up: progress.
+            self.flush_or_log()?;
+        }
+        Ok(())
     }
 
     /// `flush_sends`, with lost datagrams only logged: `Err` is `-FI_EAGAIN` alone.

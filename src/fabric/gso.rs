@@ -69,12 +69,17 @@ pub(crate) struct Batch {
     /// Size of every datagram of a batch but the last (the channel MTU).
     seg: usize,
     max_segs: usize,
-    bytes: Vec<u8>,
+    /// Room for `max_segs` datagrams, written in place (`slot`); the batch is `bytes[..used]`.
+    bytes: Box<[u8]>,
+    used: usize,
     count: usize,
     to: Option<Dest>,
     /// The last datagram was shorter than `seg`: the kernel would take the next one as its
     /// continuation, so nothing may follow it.
     closed: bool,
+    /// A datagram written behind the batch for another destination while the batch could not
+    /// go (`commit`): it starts the next batch once this one is sent.
+    parked: Option<(Dest, usize)>,
     /// Sends of more than one datagram, and the datagrams they carried.
     pub batches: u64,
     pub batched: u64,
@@ -92,10 +97,12 @@ impl Batch {
             fd,
             seg,
             max_segs,
-            bytes: Vec::with_capacity(seg * max_segs),
+            bytes: vec![0; seg * max_segs].into_boxed_slice(),
+            used: 0,
             count: 0,
             to: None,
             closed: false,
+            parked: None,
             batches: 0,
             batched: 0,
         })
@@ -106,23 +113,53 @@ impl Batch {
         self.count > 0 && (self.closed || self.count == self.max_segs || self.to != Some(to))
     }
 
-    /// Appends one datagram made of `pieces` (at most `seg` bytes together). The caller has
-    /// flushed first where `must_flush_for` said so. Returns true when the batch is complete
-    /// (full, or closed by a short datagram) and should be flushed now.
-    pub(crate) fn push(&mut self, to: Dest, pieces: [&[u8]; 3]) -> bool {
-        debug_assert!(!self.must_flush_for(to));
-        let len: usize = pieces.iter().map(|p| p.len()).sum();
-        debug_assert!(len <= self.seg);
-        for p in pieces {
-            self.bytes.extend_from_slice(p);
+    /// Whether the batch must be flushed before `slot` has room: it is full, closed, or
+    /// holds a parked datagram.
+    pub(crate) fn blocked(&self) -> bool {
+        self.parked.is_some() || self.closed || self.count == self.max_segs
+    }
+
+    /// Room for the next datagram behind the batch (`seg` bytes), to be written in place and
+    /// then added by `commit`; writing without committing adds nothing. `None` while
+    /// `blocked`.
+    pub(crate) fn slot(&mut self) -> Option<&mut [u8]> {
+        if self.blocked() {
+            return None;
         }
+        Some(&mut self.bytes[self.used..self.used + self.seg])
+    }
+
+    /// Adds the first `len` bytes of the `slot` as a datagram to `to`. Returns true when the
+    /// batch should be flushed now: it is complete (full, or closed by a short datagram), or
+    /// the datagram was for another destination and waits parked behind it.
+    pub(crate) fn commit(&mut self, to: Dest, len: usize) -> bool {
+        debug_assert!(!self.blocked() && len <= self.seg);
+        if self.must_flush_for(to) {
+            self.parked = Some((to, len));
+            return true;
+        }
+        self.used += len;
         self.count += 1;
         self.to = Some(to);
         self.closed = len < self.seg;
         self.closed || self.count == self.max_segs
     }
 
-    /// Datagrams waiting in the batch.
+    /// Appends one datagram made of `pieces` (at most `seg` bytes together). The caller has
+    /// flushed first where `must_flush_for` said so. Returns true when the batch is complete
+    /// (full, or closed by a short datagram) and should be flushed now.
+    pub(crate) fn push(&mut self, to: Dest, pieces: [&[u8]; 3]) -> bool {
+        debug_assert!(!self.must_flush_for(to));
+        let slot = self.slot().expect("flushed first: the batch has room");
+        let mut len = 0;
+        for p in pieces {
+            slot[len..len + p.len()].copy_from_slice(p);
+            len += p.len();
+        }
+        self.commit(to, len)
+    }
+
+    /// Datagrams in the batch (a parked one is not yet).
     pub(crate) fn len(&self) -> usize {
         self.count
     }
@@ -132,18 +169,16 @@ impl Batch {
         self.max_segs
     }
 
-    /// Sends the batch, if any. On `WouldBlock` it stays for the next flush; on `Lost` it is
-    /// gone.
+    /// Sends the batch, if any; a parked datagram then starts the next one. On `WouldBlock`
+    /// both stay for the next flush; on `Lost` the batch is gone and the parked datagram,
+    /// never tried, stays.
     pub(crate) fn flush(&mut self) -> Result<(), FlushError> {
-        let Some(to) = self.to else {
+        let Some(to) = self.to.filter(|_| self.count > 0) else {
             return Ok(());
         };
-        if self.count == 0 {
-            return Ok(());
-        }
         let r = send(
             self.fd,
-            &self.bytes,
+            &self.bytes[..self.used],
             (self.count > 1).then_some(self.seg),
             to,
         );
@@ -152,8 +187,11 @@ impl Batch {
             Err(e) if self.count > 1 && unsupported_here(e) => {
                 // The route cannot segment (a smaller path MTU, IPsec): one send per
                 // datagram still delivers this batch (any that fails is lost like on a wire).
-                for d in self.bytes.chunks(self.seg) {
+                for d in self.bytes[..self.used].chunks(self.seg) {
                     let _ = send(self.fd, d, None, to);
+                }
+                if let Some((to, len)) = self.parked.take() {
+                    let _ = send(self.fd, &self.bytes[self.used..self.used + len], None, to);
                 }
                 self.clear();
                 Err(FlushError::Unsupported(e))
@@ -173,10 +211,17 @@ impl Batch {
         }
     }
 
+    /// Empties the batch; a parked datagram moves to the front as the next batch's first.
     fn clear(&mut self) {
-        self.bytes.clear();
+        let (from, sent) = (self.used, self.count);
+        self.used = 0;
         self.count = 0;
         self.closed = false;
+        if let Some((to, len)) = self.parked.take() {
+            debug_assert!(sent > 0);
+            self.bytes.copy_within(from..from + len, 0);
+            self.commit(to, len);
+        }
     }
 }
 
@@ -330,6 +375,91 @@ mod tests {
         rx.set_read_timeout(Some(std::time::Duration::from_millis(100)))
             .unwrap();
         assert!(rx.recv(&mut buf).is_err(), "sent once only");
+    }
+
+    /// Writes `len` bytes of `fill` into the slot and commits them to `to`.
+    fn put(b: &mut Batch, to: Dest, fill: u8, len: usize) -> bool {
+        b.slot().expect("room")[..len].fill(fill);
+        b.commit(to, len)
+    }
+
+    #[test]
+    fn datagrams_written_in_place_leave_as_written_and_an_uncommitted_slot_adds_nothing() {
+        let (tx, rx) = pair();
+        let mut b = Batch::new(tx.as_raw_fd(), 1000).unwrap();
+        let to = Dest::of(&rx);
+        b.slot().unwrap().fill(0xee);
+        assert_eq!(b.len(), 0, "written, not committed");
+        assert!(!put(&mut b, to, 1, 1000));
+        b.slot().unwrap().fill(0xee);
+        assert!(put(&mut b, to, 2, 300), "a short datagram closes the batch");
+        assert!(b.blocked() && b.slot().is_none());
+        b.flush().unwrap();
+        assert!(!b.blocked());
+        assert_eq!((b.batches, b.batched), (1, 2));
+        let mut buf = [0u8; 2000];
+        assert_eq!(rx.recv(&mut buf).unwrap(), 1000);
+        assert!(buf[..1000].iter().all(|&x| x == 1));
+        assert_eq!(rx.recv(&mut buf).unwrap(), 300);
+        assert!(buf[..300].iter().all(|&x| x == 2));
+    }
+
+    #[test]
+    fn a_full_batch_has_no_slot_until_flushed() {
+        let (tx, rx) = pair();
+        let mut b = Batch::new(tx.as_raw_fd(), 30000).unwrap();
+        let to = Dest::of(&rx);
+        assert!(!put(&mut b, to, 1, 30000));
+        assert!(put(&mut b, to, 2, 30000), "two fill it");
+        assert!(b.slot().is_none());
+        b.flush().unwrap();
+        assert!(b.slot().is_some());
+    }
+
+    #[test]
+    fn a_datagram_for_another_peer_waits_parked_and_starts_the_next_batch() {
+        let (tx, rx) = pair();
+        let (_, rx2) = pair();
+        let mut b = Batch::new(tx.as_raw_fd(), 1000).unwrap();
+        let (to, other) = (Dest::of(&rx), Dest::of(&rx2));
+        assert!(!put(&mut b, to, 1, 1000));
+        assert!(!put(&mut b, to, 2, 1000));
+        assert!(put(&mut b, other, 3, 1000), "another peer: flush now");
+        assert_eq!(b.len(), 2, "parked, not in this batch");
+        assert!(b.blocked() && b.slot().is_none());
+        b.flush().unwrap();
+        assert_eq!(b.len(), 1, "the parked datagram moved up");
+        assert!(!b.blocked(), "and takes followers");
+        assert!(!put(&mut b, other, 4, 1000));
+        b.flush().unwrap();
+        assert_eq!((b.batches, b.batched), (2, 4));
+        let mut buf = [0u8; 2000];
+        for want in [1, 2] {
+            assert_eq!(rx.recv(&mut buf).unwrap(), 1000);
+            assert!(buf[..1000].iter().all(|&x| x == want), "to: {want}");
+        }
+        for want in [3, 4] {
+            assert_eq!(rx2.recv(&mut buf).unwrap(), 1000);
+            assert!(buf[..1000].iter().all(|&x| x == want), "other: {want}");
+        }
+    }
+
+    #[test]
+    fn a_lost_batch_keeps_the_datagram_parked_behind_it() {
+        let (tx, rx) = pair();
+        let mut b = Batch::new(tx.as_raw_fd(), 1000).unwrap();
+        let nowhere = Dest {
+            ip: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+            port: 0,
+        };
+        assert!(!put(&mut b, nowhere, 1, 1000));
+        assert!(put(&mut b, Dest::of(&rx), 7, 500));
+        assert!(b.flush().is_err(), "port 0 refuses the batch");
+        assert_eq!(b.len(), 1);
+        b.flush().unwrap();
+        let mut buf = [0u8; 2000];
+        assert_eq!(rx.recv(&mut buf).unwrap(), 500);
+        assert!(buf[..500].iter().all(|&x| x == 7));
     }
 
     #[test]

@@ -18,8 +18,11 @@
 //!   (including `-FI_EAGAIN`, [`FabricError::is_would_block`]) leaves it with the caller, who
 //!   retries or gives it back with [`Module::release_tx`]. Its [`Completion::SendDone`] frees it.
 //!   Where the data channel batches (`udp` with datagrams small enough that two share one
-//!   send, `gso.rs`), `post_send` copies the datagram into the batch and frees the buffer at
-//!   once; [`Module::flush_sends`] ends a transmit pass by sending what waits.
+//!   send, `gso.rs`), [`Module::batch_slot`] lends the space behind the batch instead, the
+//!   datagram is written there in place and [`Module::commit_batched`] adds it (done at once,
+//!   no completion); `post_send` still works there, copying the datagram into the batch and
+//!   freeing the buffer at once. [`Module::flush_sends`] ends a transmit pass by sending what
+//!   waits.
 //! - Receive: [`Module::poll`] yields [`Completion::Recv`]; the bytes are read in place
 //!   ([`Module::rx_bytes`], or [`Module::rx_ptr`] for the PML, stable while the module lives)
 //!   and the buffer goes back with [`Module::repost`], posted in batches (`FI_MORE` on all

@@ -550,6 +550,24 @@ impl Module {
         res.post_send_gather(buf, len, body, to.fi_addr(c))
     }
 
+    /// Room for the next datagram of channel `c`'s batch, written in place and then sent by
+    /// `commit_batched`; no send buffer is taken and nothing is copied again. `None` where `c`
+    /// does not batch (`batch_room` 0) or while its socket is too full to take what waits
+    /// ahead (retry after `poll`).
+    pub fn batch_slot(&mut self, c: Channel) -> Option<&mut [u8]> {
+        if self.faults.is_some() {
+            return None;
+        }
+        self.channels[ch(c)].batch_slot()
+    }
+
+    /// Sends the first `len` bytes of channel `c`'s `batch_slot` to `to`, now or with the
+    /// batch (`flush_sends`). Done when this returns, like an injected send: no completion
+    /// follows. A datagram the kernel refuses is lost like on a wire.
+    pub fn commit_batched(&mut self, c: Channel, len: usize, to: &PeerAddr) {
+        self.channels[ch(c)].commit_batched(len, to.dest[ch(c)])
+    }
+
     /// Sends the datagrams `post_send` batched on channel `c` (runs of full datagrams to one
     /// peer leave in one system call, `gso.rs`); call it when a transmit pass ends.
     /// `-FI_EAGAIN`: the socket is full, they stay for the next call; any other error: they

@@ -464,18 +464,19 @@ impl ModuleState {
             return;
         }
         let batch_room = self.fabric.batch_room(ch);
-        // A batch copies every payload once, from wherever it lies.
-        let gather_min = if batch_room > 0 {
-            1
-        } else if self.fabric.can_gather(ch) {
-            GATHER_MIN
-        } else {
-            usize::MAX
-        };
         // A batched send costs the sending core about what one datagram did alone, so the
         // burst counts system calls rather than datagrams.
         let burst = if ch == Channel::Data && self.draining[ci] {
             BURST_WHILE_RECEIVING * batch_room.max(1)
+        } else {
+            usize::MAX
+        };
+        if batch_room > 0 {
+            self.transmit_batched(now, ch, burst);
+            return;
+        }
+        let gather_min = if self.fabric.can_gather(ch) {
+            GATHER_MIN
         } else {
             usize::MAX
         };
@@ -494,6 +495,25 @@ impl ModuleState {
             if !sent {
                 break;
             }
+        }
+    }
+
+    /// `transmit_channel` where the channel batches: the core writes each datagram, payload
+    /// and all, straight into the batch, with no send buffer taken and no copy after it.
+    fn transmit_batched(&mut self, now: Instant, ch: Channel, burst: usize) {
+        for _ in 0..burst {
+            let Some(slot) = self.fabric.batch_slot(ch) else {
+                break;
+            };
+            let Some(t) = self.engine.poll_transmit(now, ch, slot) else {
+                break;
+            };
+            // A peer removed since the core queued the datagram: dropped.
+            if let Some(addr) = self.peers.get(t.peer.0 as usize).and_then(|s| s.as_ref()) {
+                self.fabric.commit_batched(ch, t.len, &addr.addr);
+            }
+            // Done once in the batch: no completion gives the credit back.
+            self.engine.handle_send_complete(ch);
         }
     }
 
