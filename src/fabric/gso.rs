@@ -83,6 +83,9 @@ pub(crate) struct Batch {
     /// Sends of more than one datagram, and the datagrams they carried.
     pub batches: u64,
     pub batched: u64,
+    /// Tests: this many flushes find the socket full.
+    #[cfg(test)]
+    full_for: usize,
 }
 
 impl Batch {
@@ -105,6 +108,8 @@ impl Batch {
             parked: None,
             batches: 0,
             batched: 0,
+            #[cfg(test)]
+            full_for: 0,
         })
     }
 
@@ -176,6 +181,11 @@ impl Batch {
         let Some(to) = self.to.filter(|_| self.count > 0) else {
             return Ok(());
         };
+        #[cfg(test)]
+        if self.full_for > 0 {
+            self.full_for -= 1;
+            return Err(FlushError::WouldBlock);
+        }
         let r = send(
             self.fd,
             &self.bytes[..self.used],
@@ -442,6 +452,37 @@ mod tests {
             assert_eq!(rx2.recv(&mut buf).unwrap(), 1000);
             assert!(buf[..1000].iter().all(|&x| x == want), "other: {want}");
         }
+    }
+
+    #[test]
+    fn a_full_socket_keeps_the_batch_and_the_parked_datagram_until_it_takes_them() {
+        let (tx, rx) = pair();
+        let (_, rx2) = pair();
+        let mut b = Batch::new(tx.as_raw_fd(), 1000).unwrap();
+        let (to, other) = (Dest::of(&rx), Dest::of(&rx2));
+        assert!(!put(&mut b, to, 1, 1000));
+        assert!(put(&mut b, other, 2, 700));
+        b.full_for = 2;
+        assert_eq!(b.flush(), Err(FlushError::WouldBlock));
+        assert_eq!(b.flush(), Err(FlushError::WouldBlock));
+        assert!(
+            b.slot().is_none(),
+            "nothing more while the parked one waits"
+        );
+        assert_eq!(b.len(), 1);
+        b.flush().unwrap();
+        assert_eq!(b.len(), 1, "the parked datagram moved up");
+        assert!(b.blocked(), "a short datagram closes its batch");
+        b.flush().unwrap();
+        assert!(!b.blocked() && b.len() == 0);
+        let mut buf = [0u8; 2000];
+        assert_eq!(rx.recv(&mut buf).unwrap(), 1000);
+        assert!(buf[..1000].iter().all(|&x| x == 1));
+        assert_eq!(rx2.recv(&mut buf).unwrap(), 700);
+        assert!(buf[..700].iter().all(|&x| x == 2));
+        rx.set_read_timeout(Some(std::time::Duration::from_millis(100)))
+            .unwrap();
+        assert!(rx.recv(&mut buf).is_err(), "each sent once");
     }
 
     #[test]
