@@ -197,7 +197,7 @@ impl ChannelRes {
         };
         let socket_buffers =
             socket.and_then(|fd| super::sockbuf::size_for(fd, sizes.mtu, sizes.sd, sizes.rd));
-        // Sends and reads on the socket itself (batches built from our own copies, runs read
+        // Sends and reads on the socket itself (batches written into our own buffer, runs read
         // into our own buffers) need neither a message prefix nor registration; providers
         // that ask for them get no socket here anyway.
         let raw = socket.filter(|_| prefix == 0 && !need_mr);
@@ -440,7 +440,8 @@ impl ChannelRes {
         (self.iov_limit >= 3 && self._mrs.is_empty()) || self.batch.is_some()
     }
 
-    /// Whether sends go through the batch (`post_batched`).
+    /// Whether sends go through the batch (`batch_slot` and `commit_batched`, or
+    /// `post_batched`).
     #[inline]
     pub(crate) fn batching(&self) -> bool {
         self.batch.is_some()
@@ -467,9 +468,10 @@ impl ChannelRes {
     }
 
     /// Copies the first `len` bytes of lent send buffer `buf` and `body` into the batch for
-    /// `to`, and frees the buffer (`Posted::Done`). A batch for another peer, a full one or one
-    /// ended by a short datagram is sent first; if that finds the socket full, nothing is taken
-    /// and the caller keeps `buf` (`-FI_EAGAIN`). Only where `batching`.
+    /// `to`, and frees the buffer (`Posted::Done`). A batch for another peer, a full one, one
+    /// ended by a short datagram or one with a datagram parked behind it is sent first; if that
+    /// finds the socket full, nothing is taken and the caller keeps `buf` (`-FI_EAGAIN`). Only
+    /// where `batching`.
     pub(crate) fn post_batched(
         &mut self,
         buf: BufId,
@@ -529,7 +531,7 @@ impl ChannelRes {
     /// full socket (`-FI_EAGAIN`); a batch lost or ended by the kernel makes room too.
     fn make_room(&mut self, to: Option<Dest>) -> Result<(), FabricError> {
         while let Some(b) = self.batch.as_ref() {
-            if !(b.blocked() || to.is_some_and(|to| b.must_flush_for(to))) {
+            if !to.map_or(b.blocked(), |to| b.must_flush_for(to)) {
                 break;
             }
             // Each flush sends or drops what waits, a parked datagram moving up: progress.
@@ -538,9 +540,9 @@ impl ChannelRes {
         Ok(())
     }
 
-    /// `flush_sends`, with lost datagrams only logged: `Err` is `-FI_EAGAIN` alone.
+    /// `flush_once`, with lost datagrams only logged: `Err` is `-FI_EAGAIN` alone.
     fn flush_or_log(&mut self) -> Result<(), FabricError> {
-        match self.flush_sends() {
+        match self.flush_once() {
             Err(e) if !e.is_would_block() => {
                 tracing::debug!("{e}");
                 Ok(())
@@ -561,9 +563,27 @@ impl ChannelRes {
         Ok((self.checked_tx(buf, total)?, total))
     }
 
-    /// Sends what waits in the batch. `-FI_EAGAIN`: the socket is full and the batch stays
-    /// for the next call; any other error: its datagrams are lost like on a wire.
+    /// Sends everything that waits in the batch, a datagram parked behind it included (it
+    /// leaves alone, in a second send). `-FI_EAGAIN`: the socket is full and what is left
+    /// stays for the next call; any other error: the batch's datagrams are lost like on a
+    /// wire, and a parked one, never tried, is sent after them.
     pub(crate) fn flush_sends(&mut self) -> Result<(), FabricError> {
+        let mut lost = Ok(());
+        // At most twice: the first send moves a parked datagram up, the second takes it.
+        while self.batch.as_ref().is_some_and(|b| b.len() > 0) {
+            match self.flush_once() {
+                Err(e) if e.is_would_block() => return Err(e),
+                Err(e) => lost = Err(e),
+                Ok(()) => {}
+            }
+        }
+        lost
+    }
+
+    /// Sends the batch once; a parked datagram then starts the next one. `-FI_EAGAIN`: the
+    /// socket is full and both stay; any other error: the batch's datagrams are lost like on
+    /// a wire (the parked one stays).
+    fn flush_once(&mut self) -> Result<(), FabricError> {
         let Some(batch) = self.batch.as_mut() else {
             return Ok(());
         };

@@ -59,7 +59,7 @@ pub(crate) enum FlushError {
     /// The datagrams are lost (the protocol core repairs them); the errno says why.
     Lost(i32),
     /// The kernel cannot segment on this socket or route (errno): the batch went out one
-    /// datagram per send, and the channel should stop batching.
+    /// datagram per send, a parked datagram after it, and the channel should stop batching.
     Unsupported(i32),
 }
 
@@ -83,7 +83,7 @@ pub(crate) struct Batch {
     /// Sends of more than one datagram, and the datagrams they carried.
     pub batches: u64,
     pub batched: u64,
-    /// Tests: this many flushes find the socket full.
+    /// Tests: this many sends find the socket full (`EAGAIN`) instead of being made.
     #[cfg(test)]
     full_for: usize,
 }
@@ -113,9 +113,10 @@ impl Batch {
         })
     }
 
-    /// Whether the batch must be flushed before a datagram to `to` joins it.
+    /// Whether the batch must be flushed before a datagram to `to` joins it: it is `blocked`,
+    /// or holds datagrams for another destination.
     pub(crate) fn must_flush_for(&self, to: Dest) -> bool {
-        self.count > 0 && (self.closed || self.count == self.max_segs || self.to != Some(to))
+        self.blocked() || (self.count > 0 && self.to != Some(to))
     }
 
     /// Whether the batch must be flushed before `slot` has room: it is full, closed, or
@@ -139,7 +140,7 @@ impl Batch {
     /// the datagram was for another destination and waits parked behind it.
     pub(crate) fn commit(&mut self, to: Dest, len: usize) -> bool {
         debug_assert!(!self.blocked() && len <= self.seg);
-        if self.must_flush_for(to) {
+        if self.count > 0 && self.to != Some(to) {
             self.parked = Some((to, len));
             return true;
         }
@@ -151,11 +152,14 @@ impl Batch {
     }
 
     /// Appends one datagram made of `pieces` (at most `seg` bytes together). The caller has
-    /// flushed first where `must_flush_for` said so. Returns true when the batch is complete
-    /// (full, or closed by a short datagram) and should be flushed now.
+    /// flushed first where `must_flush_for` said so (then the batch has a slot). Returns true
+    /// when the batch is complete (full, or closed by a short datagram) and should be flushed
+    /// now.
     pub(crate) fn push(&mut self, to: Dest, pieces: [&[u8]; 3]) -> bool {
         debug_assert!(!self.must_flush_for(to));
-        let slot = self.slot().expect("flushed first: the batch has room");
+        let slot = self
+            .slot()
+            .expect("must_flush_for was false, so the batch is not blocked");
         let mut len = 0;
         for p in pieces {
             slot[len..len + p.len()].copy_from_slice(p);
@@ -182,10 +186,18 @@ impl Batch {
             return Ok(());
         };
         #[cfg(test)]
-        if self.full_for > 0 {
+        let r = if self.full_for > 0 {
             self.full_for -= 1;
-            return Err(FlushError::WouldBlock);
-        }
+            Err(libc::EAGAIN)
+        } else {
+            send(
+                self.fd,
+                &self.bytes[..self.used],
+                (self.count > 1).then_some(self.seg),
+                to,
+            )
+        };
+        #[cfg(not(test))]
         let r = send(
             self.fd,
             &self.bytes[..self.used],
@@ -480,9 +492,41 @@ mod tests {
         assert!(buf[..1000].iter().all(|&x| x == 1));
         assert_eq!(rx2.recv(&mut buf).unwrap(), 700);
         assert!(buf[..700].iter().all(|&x| x == 2));
+        for r in [&rx, &rx2] {
+            r.set_read_timeout(Some(std::time::Duration::from_millis(100)))
+                .unwrap();
+            assert!(r.recv(&mut buf).is_err(), "each sent once");
+        }
+    }
+
+    #[test]
+    fn a_route_that_cannot_segment_still_sends_the_parked_datagram_once() {
+        let (tx, rx) = pair();
+        let mut b = Batch::new(tx.as_raw_fd(), 1000).unwrap();
+        // Port 0 is not a destination: the kernel refuses the batch (EINVAL).
+        let nowhere = Dest {
+            ip: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+            port: 0,
+        };
+        assert!(!put(&mut b, nowhere, 1, 1000));
+        assert!(!put(&mut b, nowhere, 1, 1000));
+        assert!(put(&mut b, Dest::of(&rx), 9, 600));
+        match b.flush() {
+            // The batch went one datagram per send, the parked one after it.
+            Err(FlushError::Unsupported(_)) => assert_eq!(b.len(), 0),
+            // Lost: the parked one moved up, never tried.
+            Err(FlushError::Lost(_)) => {
+                assert_eq!(b.len(), 1);
+                b.flush().unwrap();
+            }
+            r => panic!("port 0 took the batch: {r:?}"),
+        }
+        let mut buf = [0u8; 2000];
+        assert_eq!(rx.recv(&mut buf).unwrap(), 600);
+        assert!(buf[..600].iter().all(|&x| x == 9));
         rx.set_read_timeout(Some(std::time::Duration::from_millis(100)))
             .unwrap();
-        assert!(rx.recv(&mut buf).is_err(), "each sent once");
+        assert!(rx.recv(&mut buf).is_err(), "sent once");
     }
 
     #[test]

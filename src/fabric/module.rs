@@ -568,10 +568,11 @@ impl Module {
         self.channels[ch(c)].commit_batched(len, to.dest[ch(c)])
     }
 
-    /// Sends the datagrams `post_send` batched on channel `c` (runs of full datagrams to one
-    /// peer leave in one system call, `gso.rs`); call it when a transmit pass ends.
-    /// `-FI_EAGAIN`: the socket is full, they stay for the next call; any other error: they
-    /// are lost like on a wire (the protocol core repairs them).
+    /// Sends the datagrams batched on channel `c` by `commit_batched` or `post_send` (runs of
+    /// full datagrams to one peer leave in one system call, `gso.rs`), a datagram parked
+    /// behind the batch for another peer included; call it when a transmit pass ends.
+    /// `-FI_EAGAIN`: the socket is full, what is left stays for the next call; any other
+    /// error: the batch's datagrams are lost like on a wire (the protocol core repairs them).
     pub fn flush_sends(&mut self, c: Channel) -> Result<(), FabricError> {
         self.channels[ch(c)].flush_sends()
     }
