@@ -399,6 +399,31 @@ mod tests {
         assert!(rx.recv(&mut buf).is_err(), "sent once only");
     }
 
+    /// Port 0 is not a destination: the kernel refuses a send there.
+    fn nowhere() -> Dest {
+        Dest {
+            ip: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+            port: 0,
+        }
+    }
+
+    /// The next datagram on `rx` is `len` bytes of `fill`.
+    fn expect(rx: &UdpSocket, len: usize, fill: u8) {
+        let mut buf = [0u8; 2000];
+        assert_eq!(rx.recv(&mut buf).unwrap(), len, "length of the {fill}s");
+        assert!(
+            buf[..len].iter().all(|&x| x == fill),
+            "bytes of the {fill}s"
+        );
+    }
+
+    /// Nothing more arrives on `rx`: what was sent, was sent once.
+    fn expect_no_more(rx: &UdpSocket) {
+        rx.set_read_timeout(Some(std::time::Duration::from_millis(100)))
+            .unwrap();
+        assert!(rx.recv(&mut [0u8; 2000]).is_err(), "sent once");
+    }
+
     /// Writes `len` bytes of `fill` into the slot and commits them to `to`.
     fn put(b: &mut Batch, to: Dest, fill: u8, len: usize) -> bool {
         b.slot().expect("room")[..len].fill(fill);
@@ -419,11 +444,8 @@ mod tests {
         b.flush().unwrap();
         assert!(!b.blocked());
         assert_eq!((b.batches, b.batched), (1, 2));
-        let mut buf = [0u8; 2000];
-        assert_eq!(rx.recv(&mut buf).unwrap(), 1000);
-        assert!(buf[..1000].iter().all(|&x| x == 1));
-        assert_eq!(rx.recv(&mut buf).unwrap(), 300);
-        assert!(buf[..300].iter().all(|&x| x == 2));
+        expect(&rx, 1000, 1);
+        expect(&rx, 300, 2);
     }
 
     #[test]
@@ -455,15 +477,10 @@ mod tests {
         assert!(!put(&mut b, other, 4, 1000));
         b.flush().unwrap();
         assert_eq!((b.batches, b.batched), (2, 4));
-        let mut buf = [0u8; 2000];
-        for want in [1, 2] {
-            assert_eq!(rx.recv(&mut buf).unwrap(), 1000);
-            assert!(buf[..1000].iter().all(|&x| x == want), "to: {want}");
-        }
-        for want in [3, 4] {
-            assert_eq!(rx2.recv(&mut buf).unwrap(), 1000);
-            assert!(buf[..1000].iter().all(|&x| x == want), "other: {want}");
-        }
+        expect(&rx, 1000, 1);
+        expect(&rx, 1000, 2);
+        expect(&rx2, 1000, 3);
+        expect(&rx2, 1000, 4);
     }
 
     #[test]
@@ -487,27 +504,17 @@ mod tests {
         assert!(b.blocked(), "a short datagram closes its batch");
         b.flush().unwrap();
         assert!(!b.blocked() && b.len() == 0);
-        let mut buf = [0u8; 2000];
-        assert_eq!(rx.recv(&mut buf).unwrap(), 1000);
-        assert!(buf[..1000].iter().all(|&x| x == 1));
-        assert_eq!(rx2.recv(&mut buf).unwrap(), 700);
-        assert!(buf[..700].iter().all(|&x| x == 2));
-        for r in [&rx, &rx2] {
-            r.set_read_timeout(Some(std::time::Duration::from_millis(100)))
-                .unwrap();
-            assert!(r.recv(&mut buf).is_err(), "each sent once");
-        }
+        expect(&rx, 1000, 1);
+        expect(&rx2, 700, 2);
+        expect_no_more(&rx);
+        expect_no_more(&rx2);
     }
 
     #[test]
     fn a_route_that_cannot_segment_still_sends_the_parked_datagram_once() {
         let (tx, rx) = pair();
         let mut b = Batch::new(tx.as_raw_fd(), 1000).unwrap();
-        // Port 0 is not a destination: the kernel refuses the batch (EINVAL).
-        let nowhere = Dest {
-            ip: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
-            port: 0,
-        };
+        let nowhere = nowhere();
         assert!(!put(&mut b, nowhere, 1, 1000));
         assert!(!put(&mut b, nowhere, 1, 1000));
         assert!(put(&mut b, Dest::of(&rx), 9, 600));
@@ -521,30 +528,22 @@ mod tests {
             }
             r => panic!("port 0 took the batch: {r:?}"),
         }
-        let mut buf = [0u8; 2000];
-        assert_eq!(rx.recv(&mut buf).unwrap(), 600);
-        assert!(buf[..600].iter().all(|&x| x == 9));
-        rx.set_read_timeout(Some(std::time::Duration::from_millis(100)))
-            .unwrap();
-        assert!(rx.recv(&mut buf).is_err(), "sent once");
+        expect(&rx, 600, 9);
+        expect_no_more(&rx);
     }
 
     #[test]
     fn a_lost_batch_keeps_the_datagram_parked_behind_it() {
         let (tx, rx) = pair();
         let mut b = Batch::new(tx.as_raw_fd(), 1000).unwrap();
-        let nowhere = Dest {
-            ip: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
-            port: 0,
-        };
+        let nowhere = nowhere();
         assert!(!put(&mut b, nowhere, 1, 1000));
         assert!(put(&mut b, Dest::of(&rx), 7, 500));
         assert!(b.flush().is_err(), "port 0 refuses the batch");
         assert_eq!(b.len(), 1);
         b.flush().unwrap();
-        let mut buf = [0u8; 2000];
-        assert_eq!(rx.recv(&mut buf).unwrap(), 500);
-        assert!(buf[..500].iter().all(|&x| x == 7));
+        expect(&rx, 500, 7);
+        expect_no_more(&rx);
     }
 
     #[test]
@@ -558,11 +557,7 @@ mod tests {
     fn a_send_the_kernel_refuses_loses_the_batch_with_its_errno() {
         let (tx, _) = pair();
         let mut b = Batch::new(tx.as_raw_fd(), 1000).unwrap();
-        // Port 0 is not a destination.
-        let nowhere = Dest {
-            ip: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
-            port: 0,
-        };
+        let nowhere = nowhere();
         b.push(nowhere, [&[1u8; 1000], &[], &[]]);
         b.push(nowhere, [&[1u8; 1000], &[], &[]]);
         assert!(matches!(
