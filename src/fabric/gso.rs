@@ -116,7 +116,12 @@ impl Batch {
     /// Whether the batch must be flushed before a datagram to `to` joins it: it is `blocked`,
     /// or holds datagrams for another destination.
     pub(crate) fn must_flush_for(&self, to: Dest) -> bool {
-        self.blocked() || (self.count > 0 && self.to != Some(to))
+        self.blocked() || self.holds_other_than(to)
+    }
+
+    /// Whether the batch holds datagrams for another destination than `to`.
+    fn holds_other_than(&self, to: Dest) -> bool {
+        self.count > 0 && self.to != Some(to)
     }
 
     /// Whether the batch must be flushed before `slot` has room: it is full, closed, or
@@ -140,7 +145,7 @@ impl Batch {
     /// the datagram was for another destination and waits parked behind it.
     pub(crate) fn commit(&mut self, to: Dest, len: usize) -> bool {
         debug_assert!(!self.blocked() && len <= self.seg);
-        if self.count > 0 && self.to != Some(to) {
+        if self.holds_other_than(to) {
             self.parked = Some((to, len));
             return true;
         }
@@ -185,26 +190,7 @@ impl Batch {
         let Some(to) = self.to.filter(|_| self.count > 0) else {
             return Ok(());
         };
-        #[cfg(test)]
-        let r = if self.full_for > 0 {
-            self.full_for -= 1;
-            Err(libc::EAGAIN)
-        } else {
-            send(
-                self.fd,
-                &self.bytes[..self.used],
-                (self.count > 1).then_some(self.seg),
-                to,
-            )
-        };
-        #[cfg(not(test))]
-        let r = send(
-            self.fd,
-            &self.bytes[..self.used],
-            (self.count > 1).then_some(self.seg),
-            to,
-        );
-        match r {
+        match self.send_batch(to) {
             Err(e) if e == libc::EAGAIN || e == libc::ENOBUFS => Err(FlushError::WouldBlock),
             Err(e) if self.count > 1 && unsupported_here(e) => {
                 // The route cannot segment (a smaller path MTU, IPsec): one send per
@@ -231,6 +217,21 @@ impl Batch {
                 Ok(())
             }
         }
+    }
+
+    /// One `sendmsg` of the batch to `to`, segmented where it holds more than one datagram.
+    fn send_batch(&mut self, to: Dest) -> Result<(), i32> {
+        #[cfg(test)]
+        if self.full_for > 0 {
+            self.full_for -= 1;
+            return Err(libc::EAGAIN);
+        }
+        send(
+            self.fd,
+            &self.bytes[..self.used],
+            (self.count > 1).then_some(self.seg),
+            to,
+        )
     }
 
     /// Empties the batch; a parked datagram moves to the front as the next batch's first.
@@ -392,11 +393,8 @@ mod tests {
             (0, 0),
             "a single datagram is no batch"
         );
-        let mut buf = [0u8; 2000];
-        assert_eq!(rx.recv(&mut buf).unwrap(), 1000);
-        rx.set_read_timeout(Some(std::time::Duration::from_millis(100)))
-            .unwrap();
-        assert!(rx.recv(&mut buf).is_err(), "sent once only");
+        expect(&rx, 1000, 5);
+        expect_no_more(&rx);
     }
 
     /// Port 0 is not a destination: the kernel refuses a send there.
