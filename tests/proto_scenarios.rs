@@ -1291,6 +1291,11 @@ fn config_errors_name_the_field() {
         ..Config::default()
     };
     assert!(Engine::new(bad).unwrap_err().0.contains("data_mtu"));
+    let bad = Config {
+        data_turn: 0,
+        ..Config::default()
+    };
+    assert!(Engine::new(bad).unwrap_err().0.contains("data_turn"));
     let e = Engine::new(Config::default()).unwrap();
     // MTU minus the 48-byte v4 base header.
     assert_eq!((e.max_frag_payload(), e.max_tiny_payload()), (1424, 720));
@@ -1948,4 +1953,43 @@ fn the_ack_of_a_late_original_does_not_make_later_segments_lost() {
     }
     assert!(p.a.is_idle(p.ab));
     assert_eq!((p.a.stats().resends_fast, p.b.stats().dup_recvs), (1, 1));
+}
+
+/// The peers, in order, of every data datagram A has when B and C each wait for an 8-chunk
+/// fragment and A serves up to `turn` segments to a peer in a row.
+fn data_order(turn: u32) -> String {
+    let ca = Config {
+        data_turn: turn,
+        ..cfg(1, 0)
+    };
+    let mut a = Engine::new(ca).unwrap();
+    let ab = a.add_peer(us(0), cfg(2, 0).peer_info());
+    let ac = a.add_peer(us(0), cfg(3, 0).peer_info());
+    a.submit_send(us(0), ab, 1, vec![2; 10_000], Cookie(1))
+        .unwrap();
+    a.submit_send(us(0), ac, 1, vec![3; 10_000], Cookie(2))
+        .unwrap();
+    let mut buf = vec![0u8; 2048];
+    let mut order = String::new();
+    while let Some(x) = a.poll_transmit(us(0), Channel::Data, &mut buf) {
+        a.handle_send_complete(Channel::Data);
+        order.push(if x.peer == ab { 'B' } else { 'C' });
+        assert_eq!(
+            hdr(&buf[..x.len]).key,
+            if x.peer == ab { 2000 } else { 3000 }
+        );
+    }
+    order
+}
+
+#[test]
+fn a_peer_keeps_the_data_channel_for_its_turn() {
+    assert_eq!(data_order(1), "BCBCBCBCBCBCBCBC", "one segment per turn");
+    assert_eq!(
+        data_order(3),
+        "BBBCCCBBBCCCBBCC",
+        "three in a row, then the other peer"
+    );
+    // A turn longer than what a peer has: it runs out and hands over.
+    assert_eq!(data_order(64), "BBBBBBBBCCCCCCCC");
 }

@@ -267,6 +267,7 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
         ec.isn = random_u64() as u16;
         ec.hash_key = random_u64();
         ec.rx_window = fab.rx_capacity(Channel::Data) as u32;
+        ec.data_turn = fab.batch_room(Channel::Data).max(1) as u32;
         // Half the data channel's receive buffers may wait in fragments being reassembled.
         ec.max_held = (fab.rx_buffers(Channel::Data) / 2) as u32;
         let entry = ModexEntry {

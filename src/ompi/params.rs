@@ -421,6 +421,7 @@ impl Settings {
             prompt_ack_from: self.copy_below(),
             lent_hold: self.lent_hold_us.map(Duration::from_micros),
             lent_copy_below: self.lent_copy_limit,
+            data_turn: d.data_turn,
         }
     }
 }

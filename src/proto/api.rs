@@ -105,6 +105,11 @@ pub struct Config {
     /// copy is made while the datagrams are on their way. Longer ones wait for their ACK or
     /// `lent_hold`: copying them costs more than a blocking sender gains. 0 = never.
     pub lent_copy_below: usize,
+    /// Data segments one peer may send in a row while other peers have data ready too; 1 =
+    /// round robin per segment. An edge that sends a run of datagrams to one peer with one
+    /// system call sets it to what such a send carries: served one segment at a time, two
+    /// peers with data alternate and every datagram leaves in a send of its own.
+    pub data_turn: u32,
 }
 
 /// `Config::prompt_ack_from` by default: the Open MPI edge's default copy threshold
@@ -144,6 +149,7 @@ impl Default for Config {
             prompt_ack_from: DEFAULT_PROMPT_ACK_FROM,
             lent_hold: Some(DEFAULT_LENT_HOLD),
             lent_copy_below: DEFAULT_LENT_COPY_BELOW,
+            data_turn: 1,
         }
     }
 }

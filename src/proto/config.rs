@@ -49,6 +49,9 @@ pub fn validate(c: &Config) -> Result<(), ConfigError> {
             c.ack_delay.0, c.rto_min.0
         ));
     }
+    if c.data_turn == 0 {
+        return err("data_turn: must be at least 1".into());
+    }
     if c.max_resends_per_pass == 0 {
         return err("max_resends_per_pass: must be at least 1".into());
     }

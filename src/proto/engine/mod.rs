@@ -49,9 +49,12 @@ pub struct Engine {
     completed: [u64; 2],
     /// Peers whose standalone ACK is due.
     ack_list: VecDeque<u32>,
-    /// Peers with segments to cut, per channel (round robin, one segment per turn).
+    /// Peers with segments to cut, per channel (round robin: one segment per turn on the
+    /// priority channel, up to `Config::data_turn` on the data channel).
     prio_ready: VecDeque<u32>,
     data_ready: VecDeque<u32>,
+    /// The peer whose data segments went out last, and how many in a row.
+    data_turn: (u32, u32),
     /// Peers with segments declared lost.
     resend_list: VecDeque<u32>,
     /// Retransmissions still allowed in this pass (refilled by `handle_timeout`).
@@ -82,6 +85,7 @@ impl Engine {
             ack_list: VecDeque::new(),
             prio_ready: VecDeque::new(),
             data_ready: VecDeque::new(),
+            data_turn: (u32::MAX, 0),
             resend_list: VecDeque::new(),
             last_now: Instant(0),
             last_write: None,

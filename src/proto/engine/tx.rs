@@ -240,11 +240,31 @@ impl Engine {
                 self.stats.chunk_sends += 1;
             }
             self.ensure_ready(pid);
+            if !prio {
+                self.keep_data_turn(pid);
+            }
             return Some(Transmit {
                 peer: PeerId(pid),
                 len: n,
                 body,
             });
+        }
+    }
+
+    /// After a data segment to `pid` (just put back in `data_ready` if it has more): keeps
+    /// the peer in front until its turn is used up.
+    fn keep_data_turn(&mut self, pid: u32) {
+        let (last, n) = self.data_turn;
+        let n = if last == pid { n.saturating_add(1) } else { 1 };
+        self.data_turn = (pid, n);
+        if self.data_ready.back() != Some(&pid) || self.data_ready.len() == 1 {
+            return;
+        }
+        if n < self.cfg.data_turn {
+            self.data_ready.pop_back();
+            self.data_ready.push_front(pid);
+        } else {
+            self.data_turn = (pid, 0);
         }
     }
 
