@@ -1955,41 +1955,95 @@ fn the_ack_of_a_late_original_does_not_make_later_segments_lost() {
     assert_eq!((p.a.stats().resends_fast, p.b.stats().dup_recvs), (1, 1));
 }
 
-/// The peers, in order, of every data datagram A has when B and C each wait for an 8-chunk
-/// fragment and A serves up to `turn` segments to a peer in a row.
-fn data_order(turn: u32) -> String {
+/// A with peers B, C and D, serving up to `turn` data segments to a peer in a row.
+fn turn_of(turn: u32) -> (Engine, [PeerId; 3]) {
     let ca = Config {
         data_turn: turn,
         ..cfg(1, 0)
     };
     let mut a = Engine::new(ca).unwrap();
-    let ab = a.add_peer(us(0), cfg(2, 0).peer_info());
-    let ac = a.add_peer(us(0), cfg(3, 0).peer_info());
-    a.submit_send(us(0), ab, 1, vec![2; 10_000], Cookie(1))
-        .unwrap();
-    a.submit_send(us(0), ac, 1, vec![3; 10_000], Cookie(2))
-        .unwrap();
+    let ids = [2, 3, 4].map(|id| a.add_peer(us(0), cfg(id, 0).peer_info()));
+    (a, ids)
+}
+
+/// The peers (B, C, D) of the next `max` data datagrams A has, in order.
+fn served(a: &mut Engine, ids: &[PeerId; 3], max: usize) -> String {
     let mut buf = vec![0u8; 2048];
     let mut order = String::new();
-    while let Some(x) = a.poll_transmit(us(0), Channel::Data, &mut buf) {
+    while order.len() < max {
+        let Some(x) = a.poll_transmit(us(0), Channel::Data, &mut buf) else {
+            break;
+        };
         a.handle_send_complete(Channel::Data);
-        order.push(if x.peer == ab { 'B' } else { 'C' });
+        let i = ids
+            .iter()
+            .position(|&p| p == x.peer)
+            .expect("one of A's peers");
         assert_eq!(
             hdr(&buf[..x.len]).key,
-            if x.peer == ab { 2000 } else { 3000 }
+            1000 * (i as u64 + 2),
+            "addressed to it"
         );
+        order.push(['B', 'C', 'D'][i]);
     }
     order
 }
 
+/// A 10000-byte send is 8 chunks, a 5000-byte one 4.
+fn send_to(a: &mut Engine, peer: PeerId, len: usize) {
+    a.submit_send(us(0), peer, 1, vec![7; len], Cookie(len as u64))
+        .unwrap();
+}
+
+/// B and C each wait for an 8-chunk fragment.
+fn two_waiting(turn: u32) -> String {
+    let (mut a, ids) = turn_of(turn);
+    send_to(&mut a, ids[0], 10_000);
+    send_to(&mut a, ids[1], 10_000);
+    served(&mut a, &ids, usize::MAX)
+}
+
 #[test]
 fn a_peer_keeps_the_data_channel_for_its_turn() {
-    assert_eq!(data_order(1), "BCBCBCBCBCBCBCBC", "one segment per turn");
+    assert_eq!(two_waiting(1), "BCBCBCBCBCBCBCBC", "one segment per turn");
     assert_eq!(
-        data_order(3),
+        two_waiting(3),
         "BBBCCCBBBCCCBBCC",
         "three in a row, then the other peer"
     );
     // A turn longer than what a peer has: it runs out and hands over.
-    assert_eq!(data_order(64), "BBBBBBBBCCCCCCCC");
+    assert_eq!(two_waiting(64), "BBBBBBBBCCCCCCCC");
+    // Three peers keep their order.
+    let (mut a, ids) = turn_of(2);
+    for p in ids {
+        send_to(&mut a, p, 5_000);
+    }
+    assert_eq!(served(&mut a, &ids, usize::MAX), "BBCCDDBBCCDD");
+}
+
+#[test]
+fn a_peer_that_had_the_channel_alone_starts_a_whole_turn_when_another_comes() {
+    let (mut a, ids) = turn_of(3);
+    send_to(&mut a, ids[0], 10_000);
+    assert_eq!(
+        served(&mut a, &ids, 5),
+        "BBBBB",
+        "alone: B goes on past its turn"
+    );
+    send_to(&mut a, ids[1], 5_000);
+    assert_eq!(served(&mut a, &ids, usize::MAX), "BBBCCCC");
+}
+
+#[test]
+fn a_peer_removed_during_its_turn_hands_the_channel_over() {
+    let (mut a, ids) = turn_of(3);
+    send_to(&mut a, ids[0], 10_000);
+    send_to(&mut a, ids[1], 10_000);
+    assert_eq!(served(&mut a, &ids, 2), "BB");
+    a.remove_peer(us(0), ids[0]);
+    let b2 = a.add_peer(us(0), cfg(2, 0).peer_info());
+    assert_eq!(b2, ids[0], "slot reused");
+    send_to(&mut a, b2, 10_000);
+    // B's place in the queue went with it: C's turn first, then the new B's.
+    assert_eq!(served(&mut a, &ids, 6), "CCCBBB");
 }

@@ -53,7 +53,8 @@ pub struct Engine {
     /// priority channel, up to `Config::data_turn` on the data channel).
     prio_ready: VecDeque<u32>,
     data_ready: VecDeque<u32>,
-    /// The peer whose data segments went out last, and how many in a row.
+    /// The peer whose data segment went out last, and the segments of its current turn so far
+    /// (0 once the turn is used up, or while it is the only peer with data).
     data_turn: (u32, u32),
     /// Peers with segments declared lost.
     resend_list: VecDeque<u32>,

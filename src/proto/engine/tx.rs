@@ -251,21 +251,24 @@ impl Engine {
         }
     }
 
-    /// After a data segment to `pid` (just put back in `data_ready` if it has more): keeps
-    /// the peer in front until its turn is used up.
+    /// After a data segment to `pid` (just put back at the end of `data_ready` if it has more):
+    /// keeps the peer in front until its turn is used up. Retransmissions go first on every
+    /// call and neither count in a turn nor end it.
     fn keep_data_turn(&mut self, pid: u32) {
         let (last, n) = self.data_turn;
-        let n = if last == pid { n.saturating_add(1) } else { 1 };
+        let n = if last == pid { n + 1 } else { 1 };
         self.data_turn = (pid, n);
-        if self.data_ready.back() != Some(&pid) || self.data_ready.len() == 1 {
+        if self.data_ready.back() != Some(&pid) {
+            // Out of data or window: the next peer's turn.
             return;
         }
-        if n < self.cfg.data_turn {
-            self.data_ready.pop_back();
-            self.data_ready.push_front(pid);
-        } else {
+        if self.data_ready.len() == 1 || n >= self.cfg.data_turn {
+            // Alone, its turn starts over, so a peer whose data comes now waits a whole turn
+            // rather than ending the batch under way after one more segment.
             self.data_turn = (pid, 0);
+            return;
         }
+        self.data_ready.rotate_right(1);
     }
 
     fn tx_resend(&mut self, now: Instant, buf: &mut [u8], gather_min: usize) -> Option<Transmit> {
