@@ -41,23 +41,30 @@ pub enum Whole {
 
 #[derive(Debug)]
 pub struct Reassembler {
-    /// By message id, which the sending peer chooses: hashed under a secret.
+    /// The fragment of the latest chunk, kept out of the map: a peer sends its fragments'
+    /// chunks one fragment after another, so nearly every chunk finds its fragment here
+    /// without a hash (two lookups were about 190 instructions of a chunk's 950 on the
+    /// receiver).
+    last: Option<(u32, Reassembly)>,
+    /// The others, by message id, which the sending peer chooses: hashed under a secret.
     frags: KeyedIdMap<u32, Reassembly>,
 }
 
 impl Reassembler {
     pub fn keyed(hash_key: u64) -> Reassembler {
         Reassembler {
+            last: None,
             frags: KeyedIdMap::with_hasher(KeyedIds(hash_key)),
         }
     }
 
     /// Whether a chunk (id, tag, total) is consistent with what was seen of that fragment.
     pub fn consistent(&self, id: u32, tag: u8, total: u32) -> bool {
-        match self.frags.get(&id) {
-            Some(r) => r.tag == tag && r.total == total,
-            None => true,
-        }
+        let r = match &self.last {
+            Some((l, r)) if *l == id => Some(r),
+            _ => self.frags.get(&id),
+        };
+        r.map_or(true, |r| r.tag == tag && r.total == total)
     }
 
     /// Stores one chunk (validated by `wire::parse`: offset + len <= total). `hold` offers to
@@ -76,24 +83,34 @@ impl Reassembler {
         budget: u32,
         spares: &mut Spares,
     ) -> (bool, Option<Whole>) {
-        let r = self.frags.entry(id).or_insert_with(|| {
-            // At most this many chunks (every chunk but the last is as long as the longest).
-            let pieces = (total as usize).div_ceil(data.len().max(1));
-            let keep = hold.is_some() && pieces <= MAX_PIECES && pieces as u32 <= budget;
-            Reassembly {
-                tag,
-                total,
-                got: 0,
-                // Every byte of a copy buffer is overwritten by exactly one chunk before
-                // delivery (the sequence layer made chunks unique and `got` counts them), so a
-                // spare's old bytes never show.
-                store: if keep {
-                    Store::Pieces(Vec::with_capacity(pieces))
-                } else {
-                    Store::Copied(spares.filled(total as usize))
-                },
+        let r = match self.last.as_mut().filter(|(l, _)| *l == id) {
+            Some((_, r)) => r,
+            None => {
+                let r = self.frags.remove(&id).unwrap_or_else(|| {
+                    // At most this many chunks (every chunk but the last is as long as the
+                    // longest).
+                    let pieces = (total as usize).div_ceil(data.len().max(1));
+                    let keep = hold.is_some() && pieces <= MAX_PIECES && pieces as u32 <= budget;
+                    Reassembly {
+                        tag,
+                        total,
+                        got: 0,
+                        // Every byte of a copy buffer is overwritten by exactly one chunk before
+                        // delivery (the sequence layer made chunks unique and `got` counts
+                        // them), so a spare's old bytes never show.
+                        store: if keep {
+                            Store::Pieces(Vec::with_capacity(pieces))
+                        } else {
+                            Store::Copied(spares.filled(total as usize))
+                        },
+                    }
+                });
+                if let Some((l, before)) = self.last.take() {
+                    self.frags.insert(l, before);
+                }
+                &mut self.last.insert((id, r)).1
             }
-        });
+        };
         let mut held = false;
         match &mut r.store {
             Store::Copied(buf) => {
@@ -115,7 +132,7 @@ impl Reassembler {
         if r.got < r.total {
             return (held, None);
         }
-        let r = self.frags.remove(&id).expect("present");
+        let (_, r) = self.last.take().expect("this chunk's fragment");
         let whole = match r.store {
             Store::Copied(buf) => Whole::Copied(r.tag, buf),
             Store::Pieces(mut pieces) => {
@@ -134,7 +151,7 @@ impl Reassembler {
     /// Forgets every fragment; returns the handles of the buffers that were kept.
     pub fn clear(&mut self) -> Vec<u64> {
         let mut handles = Vec::new();
-        for (_, r) in self.frags.drain() {
+        for (_, r) in self.last.take().into_iter().chain(self.frags.drain()) {
             if let Store::Pieces(pieces) = r.store {
                 handles.extend(pieces.into_iter().filter_map(|p| match p.1 {
                     Piece::Held { handle, .. } => Some(handle),
@@ -244,5 +261,42 @@ mod tests {
         }
         assert_eq!(r.clear(), vec![11], "fragment 4 was still open");
         assert!(r.clear().is_empty());
+    }
+
+    #[test]
+    fn fragments_interleaved_chunk_by_chunk_each_come_out_whole() {
+        let mut r = Reassembler::keyed(5);
+        let mut spares = Spares::default();
+        let cs = chunks(1000, 100);
+        let mut wholes = Vec::new();
+        for (off, d) in &cs {
+            for (id, tag) in [(1, 7), (2, 8)] {
+                // Before its chunk a fragment is in the map (the other one's chunk came
+                // last), except fragment 1 at the start: nothing of it was seen yet.
+                assert!(r.consistent(id, tag, 1000));
+                if *off > 0 {
+                    assert!(!r.consistent(id, tag + 1, 1000), "another tag");
+                    assert!(!r.consistent(id, tag, 999), "another length");
+                }
+                let (held, w) = r.add(id, tag, 1000, *off, d, None, 0, &mut spares);
+                assert!(!held);
+                wholes.extend(w);
+            }
+        }
+        let want: Vec<u8> = cs.iter().flat_map(|c| c.1.clone()).collect();
+        assert_eq!(
+            wholes,
+            [Whole::Copied(7, want.clone()), Whole::Copied(8, want)]
+        );
+        assert!(r.consistent(1, 0, 5), "a finished fragment is forgotten");
+        // The latest place answers too: fragment 3's chunk came last.
+        r.add(3, 4, 1000, 0, &cs[0].1, None, 0, &mut spares);
+        assert!(r.consistent(3, 4, 1000) && !r.consistent(3, 5, 1000));
+        // A fragment still open in the latest place gives its kept buffers back too.
+        assert!(
+            r.add(9, 0, 1000, 0, &cs[0].1, Some((42, 0..100)), 10, &mut spares)
+                .0
+        );
+        assert_eq!(r.clear(), vec![42]);
     }
 }

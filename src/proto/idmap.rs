@@ -2,7 +2,8 @@
 //!
 //! The standard map's SipHash cost about 140 instructions per lookup: per small message in the
 //! lookup of the peer by sender id, and twice per chunk of a fragment in reassembly by message
-//! id (5.4k of a 32 KiB message's 143k instructions at MTU 1500). Where no remote party
+//! id (5.4k of a 32 KiB message's 143k instructions at MTU 1500; reassembly now looks up only
+//! a chunk whose fragment is not the latest one's, `chunk::Reassembler`). Where no remote party
 //! chooses the keys (peers come from the modex) `IdMap` hashes them unkeyed. Where datagrams
 //! create the entries (reassembly, GET requests) `KeyedIdMap` hashes under a secret of this
 //! process, so a peer that cannot see the secret cannot aim its ids at one bucket (splitmix64
