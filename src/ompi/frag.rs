@@ -113,15 +113,14 @@ pub struct FragPool {
 }
 
 impl FragPool {
-    /// A frag whose segment 0 is `seg0` zeroed bytes of `buf` (capacity for `extra` more).
-    /// A buffer too small for that is replaced by one from `spare`.
+    /// A frag whose segment 0 is `seg0` zeroed bytes of `buf`. A buffer too small for that is
+    /// replaced by one from `spare`.
     #[allow(clippy::too_many_arguments)]
     pub fn get(
         &mut self,
         module: u32,
         endpoint: *mut Endpoint,
         seg0: usize,
-        extra: usize,
         flags: u32,
         order: u8,
         spare: impl FnOnce(usize) -> Vec<u8>,
@@ -130,8 +129,8 @@ impl FragPool {
         f.module = module;
         f.endpoint = endpoint;
         f.buf.clear();
-        if f.buf.capacity() < seg0 + extra {
-            f.buf = spare(seg0 + extra);
+        if f.buf.capacity() < seg0 {
+            f.buf = spare(seg0);
         }
         f.buf.resize(seg0, 0);
         // Reset what the PML may have set on a previous life.
@@ -186,7 +185,7 @@ mod tests {
     #[test]
     fn descriptor_is_first() {
         let mut pool = FragPool::default();
-        let f = pool.get(0, ptr::null_mut(), 14, 0, 0x2, 255, Vec::with_capacity);
+        let f = pool.get(0, ptr::null_mut(), 14, 0x2, 255, Vec::with_capacity);
         // SAFETY: f is live; we only read addresses and fields.
         unsafe {
             assert_eq!(f as usize, core::ptr::addr_of!((*f).des) as usize);
@@ -207,7 +206,7 @@ mod tests {
         use crate::proto::{Lent, Payload};
         let mut pool = FragPool::default();
         let mut user = *b"user data!";
-        let f = pool.get(0, ptr::null_mut(), 4, 0, 0, 255, Vec::with_capacity);
+        let f = pool.get(0, ptr::null_mut(), 4, 0, 255, Vec::with_capacity);
         // SAFETY: f is live and `user` outlives the payload (dropped before both).
         unsafe {
             (&mut *f).buf.copy_from_slice(b"HDR:");
@@ -232,7 +231,7 @@ mod tests {
     #[test]
     fn pml_may_shrink_segment_zero() {
         let mut pool = FragPool::default();
-        let f = pool.get(0, ptr::null_mut(), 100, 0, 0, 255, Vec::with_capacity);
+        let f = pool.get(0, ptr::null_mut(), 100, 0, 255, Vec::with_capacity);
         // SAFETY: f is live.
         unsafe {
             let fr = &mut *f;

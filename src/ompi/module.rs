@@ -196,15 +196,13 @@ impl ModuleState {
         module: u32,
         endpoint: *mut Endpoint,
         seg0: usize,
-        extra: usize,
         flags: u32,
         order: u8,
     ) -> *mut Frag {
         let engine = &mut self.engine;
-        self.frags
-            .get(module, endpoint, seg0, extra, flags, order, |cap| {
-                engine.spare_buffer(cap)
-            })
+        self.frags.get(module, endpoint, seg0, flags, order, |cap| {
+            engine.spare_buffer(cap)
+        })
     }
 
     /// Gives a descriptor back to the pool (and a large buffer of it to the core's spares).
