@@ -115,7 +115,6 @@ pub struct FragPool {
 impl FragPool {
     /// A frag whose segment 0 is `seg0` zeroed bytes of `buf`. A buffer too small for that is
     /// replaced by one from `spare`.
-    #[allow(clippy::too_many_arguments)]
     pub fn get(
         &mut self,
         module: u32,
