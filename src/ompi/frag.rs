@@ -113,8 +113,10 @@ pub struct FragPool {
 }
 
 impl FragPool {
-    /// A frag whose segment 0 is `seg0` zeroed bytes of `buf`. A buffer too small for that is
-    /// replaced by one from `spare`.
+    /// A frag whose segment 0 is `seg0` bytes of `buf`, their contents unspecified: the PML's
+    /// header and the packed data overwrite them before the frag is sent, so bytes a buffer
+    /// already held are not zeroed again (an 8 KiB send's largest libc cost was that memset).
+    /// A buffer too small for that is replaced by one from `spare`, which returns `seg0` bytes.
     pub fn get(
         &mut self,
         module: u32,
@@ -127,11 +129,14 @@ impl FragPool {
         let mut f = self.free.pop().unwrap_or_else(|| Frag::blank(module));
         f.module = module;
         f.endpoint = endpoint;
-        f.buf.clear();
         if f.buf.capacity() < seg0 {
             f.buf = spare(seg0);
         }
-        f.buf.resize(seg0, 0);
+        if f.buf.len() >= seg0 {
+            f.buf.truncate(seg0);
+        } else {
+            f.buf.resize(seg0, 0);
+        }
         // Reset what the PML may have set on a previous life.
         // SAFETY: zero is the valid initial state of the descriptor (see `Frag::blank`).
         f.des = unsafe { core::mem::zeroed() };
@@ -184,7 +189,7 @@ mod tests {
     #[test]
     fn descriptor_is_first() {
         let mut pool = FragPool::default();
-        let f = pool.get(0, ptr::null_mut(), 14, 0x2, 255, Vec::with_capacity);
+        let f = pool.get(0, ptr::null_mut(), 14, 0x2, 255, |n| vec![0; n]);
         // SAFETY: f is live; we only read addresses and fields.
         unsafe {
             assert_eq!(f as usize, core::ptr::addr_of!((*f).des) as usize);
@@ -205,7 +210,7 @@ mod tests {
         use crate::proto::{Lent, Payload};
         let mut pool = FragPool::default();
         let mut user = *b"user data!";
-        let f = pool.get(0, ptr::null_mut(), 4, 0, 255, Vec::with_capacity);
+        let f = pool.get(0, ptr::null_mut(), 4, 0, 255, |n| vec![0; n]);
         // SAFETY: f is live and `user` outlives the payload (dropped before both).
         unsafe {
             (&mut *f).buf.copy_from_slice(b"HDR:");
@@ -230,7 +235,7 @@ mod tests {
     #[test]
     fn pml_may_shrink_segment_zero() {
         let mut pool = FragPool::default();
-        let f = pool.get(0, ptr::null_mut(), 100, 0, 255, Vec::with_capacity);
+        let f = pool.get(0, ptr::null_mut(), 100, 0, 255, |n| vec![0; n]);
         // SAFETY: f is live.
         unsafe {
             let fr = &mut *f;
@@ -238,6 +243,36 @@ mod tests {
             fr.segs[0].seg_len = 3;
             assert_eq!(fr.take_segment0(), b"abc");
             assert!(pool.put(f).is_none());
+        }
+    }
+
+    #[test]
+    fn a_reused_buffer_keeps_its_bytes_and_only_new_ones_are_zeroed() {
+        let mut pool = FragPool::default();
+        let roomy = |n| {
+            let mut v = Vec::with_capacity(16);
+            v.resize(n, 0);
+            v
+        };
+        let f = pool.get(0, ptr::null_mut(), 8, 0, 255, roomy);
+        // SAFETY: f is live until put; the second frag is the first one's reuse.
+        unsafe {
+            (&mut *f).buf.copy_from_slice(b"12345678");
+            assert!(pool.put(f).is_none());
+            let g = pool.get(0, ptr::null_mut(), 10, 0, 255, |_| {
+                panic!("no spare needed")
+            });
+            assert_eq!(g, f, "the pooled frag");
+            assert_eq!(
+                (*g).buf,
+                b"12345678\0\0",
+                "old bytes kept, the new two zeroed"
+            );
+            assert_eq!((*g).segs[0].seg_len, 10);
+            assert!(pool.put(g).is_none());
+            let h = pool.get(0, ptr::null_mut(), 3, 0, 255, |_| panic!("no spare needed"));
+            assert_eq!((*h).buf, b"123");
+            assert!(pool.put(h).is_none());
         }
     }
 }

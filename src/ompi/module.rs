@@ -200,8 +200,8 @@ impl ModuleState {
         order: u8,
     ) -> *mut Frag {
         let engine = &mut self.engine;
-        self.frags.get(module, endpoint, seg0, flags, order, |cap| {
-            engine.spare_buffer(cap)
+        self.frags.get(module, endpoint, seg0, flags, order, |len| {
+            engine.filled_buffer(len)
         })
     }
 

@@ -246,13 +246,15 @@ pub fn sendi(
     if m.state.borrow().inline_backlog > INLINE_BACKLOG_LIMIT {
         return OPAL_ERR_RESOURCE_BUSY;
     }
-    let mut data = m.state.borrow_mut().engine.spare_buffer(total);
+    // Header and payload overwrite every byte, so a spare already this long is taken as it is
+    // rather than emptied and zeroed up to `total` again.
+    let mut data = m.state.borrow_mut().engine.filled_buffer(total);
     if header_size > 0 {
         // SAFETY: the PML's header of `header_size` bytes.
-        data.extend_from_slice(unsafe { core::slice::from_raw_parts(header, header_size) });
+        data[..header_size]
+            .copy_from_slice(unsafe { core::slice::from_raw_parts(header, header_size) });
     }
     if payload_size > 0 {
-        data.resize(total, 0);
         let mut dst = data[header_size..].as_mut_ptr().cast::<core::ffi::c_void>();
         let mut packed = payload_size;
         // SAFETY: packs at most payload_size bytes into `data` after the header.

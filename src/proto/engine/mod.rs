@@ -106,6 +106,12 @@ impl Engine {
         self.spares.with_capacity(cap)
     }
 
+    /// A buffer of exactly `len` bytes whose contents are unspecified, for an edge that
+    /// overwrites them all: a spare already that long is not zeroed again.
+    pub fn filled_buffer(&mut self, len: usize) -> Vec<u8> {
+        self.spares.filled(len)
+    }
+
     /// Gives back a buffer the edge is done with (a delivered fragment, a freed descriptor's).
     pub fn recycle(&mut self, buf: Vec<u8>) {
         self.spares.give(buf);
