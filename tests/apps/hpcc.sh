@@ -102,7 +102,7 @@ resends_of() {
 # whose runs to one peer stay whole reads about 1.0; peers served a segment at a time read
 # 0.95-0.96 here (two peers with data alternate, and each switch ends a batch).
 batched_share() {
-    grep -hE 'btl:usnic: stats \(final\) ' "$1" 2>/dev/null |
+    usnic_final_lines "$1" |
         sed -nE 's/.* chunk_sends=([0-9]+) .* gso_sends=([0-9]+) gso_datagrams=([0-9]+) .*/\1 \2 \3/p' |
         awk '{c += $1; s += $2; g += $3} END { if (c) printf "%.3f %d", g / c, s }'
 }

@@ -72,10 +72,15 @@ nc_btl_args() {
     esac
 }
 
+# The final statistics lines of the usnic BTL found in the given logs (btl_usnic_stats > 0).
+usnic_final_lines() {
+    grep -hE 'btl:usnic: stats \(final\) ' "$@" 2>/dev/null
+}
+
 # One line "TIMEOUT FAST DUP SPURIOUS" per final statistics line of the usnic BTL found in the
 # given logs (resends_timeout, resends_fast, dup_recvs, spurious_resends); nothing when there
 # is none.
 usnic_final_resends() {
-    grep -hE 'btl:usnic: stats \(final\) ' "$@" 2>/dev/null |
+    usnic_final_lines "$@" |
         sed -nE 's/.* resends_timeout=([0-9]+) resends_fast=([0-9]+).* dup_recvs=([0-9]+) .* spurious_resends=([0-9]+) .*/\1 \2 \3 \4/p'
 }
