@@ -155,6 +155,7 @@ if ((QUICK)); then
     SIZES_MR=(-s 8,1024)
     SIZES_LOSS=(-s 65536,1048576)
     SIZES_XCH=(-s 8,16384,65536)
+    SIZES_HALO=(-s 8,65536,1048576)
     NP_MAX=65536 FPP_ITERS=2000 NP_ARGS=(-n 200)
 else
     TARGET_TIME=${TARGET_TIME:-0.1}
@@ -163,12 +164,14 @@ else
     SIZES_MR=(-m 1:65536)
     SIZES_LOSS=(-s 65536,262144,1048576)
     SIZES_XCH=(-s 8,512,2048,8192,16384,32768,65536,262144,1048576,4194304)
+    SIZES_HALO=(-s 0,8,8192,65536,262144,1048576,4194304)
     NP_MAX=4194304 FPP_ITERS=10000 NP_ARGS=()
 fi
 COMMON_ARGS=(-t "$TARGET_TIME" -i 3)
 # latency, bandwidth both ways and message rate, then the two that wait for every send to complete
-# (an MPI_Send loop and MPI_Sendrecv: the others never wait for a send's acknowledgement)
-CLEAN_BENCHES="latency bw bibw mr sendloop sendrecv"
+# (an MPI_Send loop and MPI_Sendrecv: the others never wait for a send's acknowledgement), and a
+# 4-rank halo exchange, where each rank sends to two peers at once (the others have one peer per rank)
+CLEAN_BENCHES="latency bw bibw mr sendloop sendrecv halo"
 
 # ---- where the processes run ----
 NC_NET=${NC_NET:-10.77.0}
@@ -198,11 +201,20 @@ if ((NETNS)); then
     LAUNCH=(env NC_PIN=1 "$NETNS_CLUSTER" exec h1 mpirun --allow-run-as-root --host h1,h2 -np 2 --bind-to none
             --mca plm_rsh_agent "$NETNS_CLUSTER rsh-agent" --mca oob_tcp_if_include "$NC_NET.0/24"
             -x FI_UDP_IFACE=veth0 -x FI_TCP_IFACE=veth0)
+    # The halo exchange: 4 ranks, 2 per host, free to use both CPUs (NC_PIN would put two ranks on
+    # one CPU per host), yielding when idle as MPI does by default on an oversubscribed node.
+    LAUNCH_HALO=(env NC_PIN=0 "$NETNS_CLUSTER" exec h1 mpirun --allow-run-as-root --host h1:2,h2:2 -np 4 --bind-to none
+                 --mca plm_rsh_agent "$NETNS_CLUSTER rsh-agent" --mca oob_tcp_if_include "$NC_NET.0/24"
+                 --mca mpi_yield_when_idle 1 -x FI_UDP_IFACE=veth0 -x FI_TCP_IFACE=veth0)
+    HALO_LAYOUT="4 ranks, 2 per netns host (h1, h2), mpirun --bind-to none, mpi_yield_when_idle 1 (4 ranks on 2 CPUs)"
     IFACE=veth0 TCP_IF="$NC_NET.0/24"
     BINDING="2 hosts (netns h1, h2 over veth + bridge, link MTU ${LINK_MTU:-1500}); NC_PIN=1 pins h1 to CPU 0 and h2 to CPU 1; mpirun --bind-to none keeps that mask"
 else
     LAUNCH=(mpirun --allow-run-as-root -np 2 --bind-to core --map-by core --mca oob_tcp_if_include lo
             -x FI_UDP_IFACE=lo -x FI_TCP_IFACE=lo)
+    LAUNCH_HALO=(mpirun --allow-run-as-root -np 4 --oversubscribe --bind-to none --mca oob_tcp_if_include lo
+                 --mca mpi_yield_when_idle 1 -x FI_UDP_IFACE=lo -x FI_TCP_IFACE=lo)
+    HALO_LAYOUT="4 ranks on 1 host, mpirun --oversubscribe --bind-to none, mpi_yield_when_idle 1 (4 ranks on 2 CPUs)"
     IFACE=lo TCP_IF=lo
     BINDING="1 host; mpirun --bind-to core --map-by core: rank 0 on CPU 0, rank 1 on CPU 1 (each program prints its ranks' CPU masks)"
 fi
@@ -252,6 +264,7 @@ bench_args() {  # bench -> program + size arguments
         mr) echo "bench_mr ${SIZES_MR[*]}" ;;
         sendloop) echo "bench_sendloop ${SIZES_XCH[*]}" ;;
         sendrecv) echo "bench_sendrecv ${SIZES_XCH[*]}" ;;
+        halo) echo "bench_halo ${SIZES_HALO[*]}" ;;
         bw_loss) echo "bench_bw ${SIZES_LOSS[*]}" ;;
     esac
 }
@@ -296,6 +309,8 @@ bench_args() {  # bench -> program + size arguments
         [ -n "${CFG_SKIP[$c]:-}" ] && echo "skip_$c: ${CFG_SKIP[$c]}"
     done
     echo "launcher: ${NICE[*]} ${LAUNCH[*]}"
+    echo "launcher_halo: ${NICE[*]} ${LAUNCH_HALO[*]}"
+    echo "halo_layout: $HALO_LAYOUT"
     if ((NETNS)); then raw_how="bench/raw-across-hosts.sh (the $RAW_DGRAM_CMD executable, --serve in h2, --stream-to from h1)"; else raw_how=$RAW_DGRAM_CMD; fi
     echo "raw_stream: $( ((HAVE_RAW_STREAM)) && echo "$raw_how" || echo "not available: no raw_datagram bench in this tree (it comes from branch fabric)")"
     echo "invocation: bench/run.sh ${ARGS[*]}"
@@ -424,7 +439,9 @@ run_mpi_scenario() {  # scenario "benches" timeout [hook run with the repetition
                 ((rep > REPS && ${FAILS[$key]:-0} == 0)) && continue
                 local -a cargs; read -ra cargs <<<"${CFG_ARGS[$cfg]} ${SCEN_MCA[$cfg]:-}"
                 read -ra prog <<<"$(bench_args "$b")"
-                run_job "$scen" "$cfg" "$b" "$rep" "$tmo" "${LAUNCH[@]}" "${cargs[@]}" \
+                local -a launch=("${LAUNCH[@]}")
+                [ "$b" = halo ] && launch=("${LAUNCH_HALO[@]}")
+                run_job "$scen" "$cfg" "$b" "$rep" "$tmo" "${launch[@]}" "${cargs[@]}" \
                     "$BENCH/bin/${prog[0]}" "${prog[@]:1}" "${COMMON_ARGS[@]}"
                 if tail -n1 "$JOBS" | cut -f5 | grep -qx ok; then
                     OKS[$key]=$((${OKS[$key]:-0} + 1))

@@ -590,7 +590,7 @@ def summary(run):
     L.append("")
     L.append("Exact commands (each MPI one is `<launcher> <config> <program>`; every raw file starts with its full command line):")
     L.append("")
-    for k in ("cmd_latency", "cmd_bw", "cmd_bibw", "cmd_mr", "cmd_sendloop", "cmd_sendrecv", "cmd_bw_loss",
+    for k in ("cmd_latency", "cmd_bw", "cmd_bibw", "cmd_mr", "cmd_sendloop", "cmd_sendrecv", "cmd_halo", "cmd_bw_loss",
               "cmd_floor", "cmd_netpipe", "raw_stream"):
         if k in m:
             L.append("- %s: `%s`" % (k.replace("cmd_", ""), m[k]))
@@ -739,6 +739,18 @@ def summary(run):
         L.append("")
         peers = [p for p in ("tcp", "rxd") if p in run.configs and p != subj]
         L.extend(peer_ratio_table(run, subj, bench, sizes, peers))
+
+    # No target either: the one program in which a rank has two peers with data at once.
+    sizes = sorted(set().union(*[set(run.series("clean", c, "halo")) for c in run.configs] + [set()]))
+    if sizes:
+        L.append("## Halo exchange: every rank sends one message to each ring neighbour and receives one from "
+                 "each at once, µs per step (lower is better; no target); ratios paired per repetition")
+        L.append("")
+        L.append("Layout: %s. Launcher: `%s <config> bench/bin/bench_halo <sizes> -t %s -i 3`."
+                 % (m.get("halo_layout", "?"), m.get("launcher_halo", "?"), m.get("target_time_s")))
+        L.append("")
+        peers = [p for p in ("tcp", "rxd") if p in run.configs and p != subj]
+        L.extend(peer_ratio_table(run, subj, "halo", sizes, peers))
 
     if run.loss:
         L.append("## Bandwidth under loss, MB/s (window 64), as a fraction of the clean run at the same sizes")
