@@ -175,7 +175,7 @@ fn live_engine_survives_hostile_datagrams() {
             RxOutcome::Deliver { payload, .. } | RxOutcome::Write { payload, .. } => {
                 assert!(payload.end <= b.len());
                 if matches!(o, RxOutcome::Write { .. }) && rng.below(2) == 0 {
-                    let peer = s.nodes[to].peer;
+                    let peer = s.nodes[to].peer(1 - to);
                     s.nodes[to].eng.refuse_write(now, peer);
                 }
             }
@@ -210,7 +210,9 @@ fn live_engine_survives_hostile_datagrams() {
     for node in &mut s.nodes {
         let _ = node.eng.poll_timeout();
         let _ = node.eng.stats().clone();
-        let _ = node.eng.is_idle(node.peer);
+        for &p in node.peers.iter().flatten() {
+            let _ = node.eng.is_idle(p);
+        }
     }
 }
 

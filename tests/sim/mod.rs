@@ -1,8 +1,9 @@
-//! Deterministic two-peer simulator for the protocol core.
+//! Deterministic simulator for the protocol core: two engines, or several that are each
+//! other's peers.
 //!
-//! Two engines exchange datagrams over four independent links (direction x channel), each
-//! with its own loss, duplication, reordering and delay, and a NIC that serialises datagrams
-//! at a fixed byte rate and returns send credits when a datagram has left. Time is simulated
+//! Every node sends over two links of its own (one per channel), each with its own loss,
+//! duplication, reordering and delay, and a NIC that serialises datagrams at a fixed byte
+//! rate and returns send credits when a datagram has left. Time is simulated
 //! (nanoseconds); every random choice comes from one seeded generator, so a run is replayed
 //! exactly from its seed (`SIM_SEED`).
 #![allow(dead_code)]
@@ -106,28 +107,39 @@ impl Link {
 
 #[derive(Clone, Debug)]
 pub struct SimConfig {
-    /// `links[from][channel]`.
-    pub links: [[Link; 2]; 2],
+    /// `links[from][channel]`: what a node's datagrams on a channel cross, to any peer.
+    pub links: Vec<[Link; 2]>,
     /// NIC serialisation cost per byte on every channel.
     pub ps_per_byte: u64,
-    pub cfg: [Config; 2],
+    /// One engine configuration per node.
+    pub cfg: Vec<Config>,
 }
 
 impl SimConfig {
+    /// Two nodes.
     pub fn uniform(link: Link, window: u16) -> SimConfig {
-        let mut cfg = [Config::default(), Config::default()];
-        for (i, c) in cfg.iter_mut().enumerate() {
-            c.local_id = 100 + i as u64;
-            c.local_key = 0x5eed_0000 + i as u64;
-            c.isn = if i == 0 { 65_000 } else { 123 };
-            c.window = window;
-            c.data_credits = 64;
-            c.priority_credits = 16;
-            // Node 0 lets the engine keep chunks where they arrived; node 1 has it copy.
-            c.max_held = if i == 0 { 64 } else { 0 };
-        }
+        SimConfig::nodes(2, link, window)
+    }
+
+    /// `n` nodes, each a peer of every other, every link alike.
+    pub fn nodes(n: usize, link: Link, window: u16) -> SimConfig {
+        let cfg = (0..n)
+            .map(|i| Config {
+                local_id: 100 + i as u64,
+                // One job: every node has the job's key, as every rank of an MPI job has, so
+                // only the sender's id tells a datagram's stream apart.
+                local_key: 0x5eed_0000,
+                isn: if i == 0 { 65_000 } else { 123 * i as u16 },
+                window,
+                data_credits: 64,
+                priority_credits: 16,
+                // Even nodes let the engine keep chunks where they arrived; odd ones have it copy.
+                max_held: if i % 2 == 0 { 64 } else { 0 },
+                ..Config::default()
+            })
+            .collect();
         SimConfig {
-            links: [[link.clone(), link.clone()], [link.clone(), link]],
+            links: vec![[link.clone(), link]; n],
             // 10 Gb/s
             ps_per_byte: 800,
             cfg,
@@ -137,12 +149,13 @@ impl SimConfig {
 
 pub struct Node {
     pub eng: Engine,
-    pub peer: PeerId,
+    /// This engine's id for each other node, by node index (`None` at its own).
+    pub peers: Vec<Option<PeerId>>,
     /// Registered memory regions (region id -> bytes).
     pub mem: BTreeMap<u64, Vec<u8>>,
     nic_free: [u64; 2],
-    /// Expected deliveries: (tag, len, hash) -> count still expected.
-    pub expect: BTreeMap<(u8, usize, u64), u64>,
+    /// Expected deliveries: (sending node, tag, len, hash) -> count still expected.
+    pub expect: BTreeMap<(usize, u8, usize, u64), u64>,
     /// Operations waiting for completion: cookie -> kind.
     pub pending: BTreeMap<u64, Pending>,
     pub delivered: u64,
@@ -157,12 +170,28 @@ pub struct Node {
     next_handle: u64,
 }
 
+impl Node {
+    /// This engine's id for node `j`.
+    pub fn peer(&self, j: usize) -> PeerId {
+        self.peers[j].expect("another node")
+    }
+
+    /// The node an engine's peer id stands for.
+    fn node_of(&self, p: PeerId) -> usize {
+        self.peers
+            .iter()
+            .position(|q| *q == Some(p))
+            .unwrap_or_else(|| panic!("unknown peer {p:?}"))
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Pending {
     Send,
     Put,
-    /// A GET: remote (region, offset) to local (region, offset), len.
+    /// A GET: node `remote`'s (region, offset) to local (region, offset), len.
     Get {
+        remote: usize,
         rr: u64,
         ro: u64,
         lr: u64,
@@ -181,7 +210,7 @@ struct Datagram {
 }
 
 pub struct Sim {
-    pub nodes: [Node; 2],
+    pub nodes: Vec<Node>,
     pub now: u64,
     pub steps: u64,
     pub rng: Rng,
@@ -192,6 +221,8 @@ pub struct Sim {
     /// Completed operations with a non-Ok result (node, event).
     pub errors: Vec<(usize, Event)>,
     pub datagrams: u64,
+    /// When `Some`, every datagram sent is recorded here as (from, to, channel 0/1), lost ones too.
+    pub trace: Option<Vec<(usize, usize, u8)>>,
     unchecked: bool,
 }
 
@@ -205,13 +236,16 @@ fn chan(c: u8) -> Channel {
 
 impl Sim {
     pub fn new(sc: SimConfig, seed: u64) -> Sim {
+        let n = sc.cfg.len();
+        assert_eq!(sc.links.len(), n, "one pair of links per node");
         let mk = |i: usize| {
             let mut eng = Engine::new(sc.cfg[i].clone()).expect("valid config");
-            let o = &sc.cfg[1 - i];
-            let peer = eng.add_peer(Instant(0), o.peer_info());
+            let peers = (0..n)
+                .map(|j| (j != i).then(|| eng.add_peer(Instant(0), sc.cfg[j].peer_info())))
+                .collect();
             Node {
                 eng,
-                peer,
+                peers,
                 mem: BTreeMap::new(),
                 nic_free: [0; 2],
                 expect: BTreeMap::new(),
@@ -226,7 +260,7 @@ impl Sim {
             }
         };
         Sim {
-            nodes: [mk(0), mk(1)],
+            nodes: (0..n).map(mk).collect(),
             now: 0,
             steps: 0,
             rng: Rng(seed),
@@ -236,30 +270,44 @@ impl Sim {
             order: 0,
             errors: Vec::new(),
             datagrams: 0,
+            trace: None,
             unchecked: false,
         }
     }
 
+    /// The other node of a two-node simulation.
+    fn other(&self, i: usize) -> usize {
+        assert_eq!(self.nodes.len(), 2, "name the peer node with more than two");
+        1 - i
+    }
+
     /// Queues a send from `from` whose delivery the other node expects.
     pub fn send(&mut self, from: usize, id: u64, tag: u8, len: usize) {
+        self.send_to(from, self.other(from), id, tag, len);
+    }
+
+    /// Queues a send from `from` whose delivery node `to` expects.
+    pub fn send_to(&mut self, from: usize, to: usize, id: u64, tag: u8, len: usize) {
         let data = pattern(id, len);
-        let key = (tag, len, fnv(&data));
-        *self.nodes[1 - from].expect.entry(key).or_insert(0) += 1;
+        let key = (from, tag, len, fnv(&data));
+        *self.nodes[to].expect.entry(key).or_insert(0) += 1;
         let n = &mut self.nodes[from];
         n.pending.insert(id, Pending::Send);
+        let peer = n.peer(to);
         n.eng
-            .submit_send(Instant(self.now), n.peer, tag, data, Cookie(id))
+            .submit_send(Instant(self.now), peer, tag, data, Cookie(id))
             .expect("submit_send");
     }
 
     /// Queues a put of `pattern(id, len)` at (region, offset) of the other node.
     pub fn put(&mut self, from: usize, id: u64, region: u64, offset: u64, len: usize) {
+        let peer = self.nodes[from].peer(self.other(from));
         let n = &mut self.nodes[from];
         n.pending.insert(id, Pending::Put);
         n.eng
             .submit_put(
                 Instant(self.now),
-                n.peer,
+                peer,
                 region,
                 offset,
                 pattern(id, len),
@@ -270,10 +318,13 @@ impl Sim {
 
     #[allow(clippy::too_many_arguments)]
     pub fn get(&mut self, from: usize, id: u64, rr: u64, ro: u64, lr: u64, lo: u64, len: u64) {
+        let remote = self.other(from);
         let n = &mut self.nodes[from];
+        let peer = n.peer(remote);
         n.pending.insert(
             id,
             Pending::Get {
+                remote,
                 rr,
                 ro,
                 lr,
@@ -282,14 +333,16 @@ impl Sim {
             },
         );
         n.eng
-            .submit_get(Instant(self.now), n.peer, rr, ro, lr, lo, len, Cookie(id))
+            .submit_get(Instant(self.now), peer, rr, ro, lr, lo, len, Cookie(id))
             .expect("submit_get");
     }
 
-    /// Everything sent has been delivered/completed and both engines are idle.
+    /// Everything sent has been delivered/completed and every engine is idle.
     pub fn quiet(&self) -> bool {
         self.nodes.iter().all(|n| {
-            n.pending.is_empty() && n.expect.values().all(|&c| c == 0) && n.eng.is_idle(n.peer)
+            n.pending.is_empty()
+                && n.expect.values().all(|&c| c == 0)
+                && n.peers.iter().flatten().all(|&p| n.eng.is_idle(p))
         })
     }
 
@@ -342,7 +395,7 @@ impl Sim {
             let Reverse(d) = self.wire.pop().unwrap();
             self.receive(d.to, chan(d.ch), &d.bytes);
         }
-        for i in 0..2 {
+        for i in 0..self.nodes.len() {
             if self.nodes[i].eng.poll_timeout().is_some_and(|t| t.0 <= now) {
                 self.nodes[i].eng.handle_timeout(Instant(now));
             }
@@ -361,9 +414,12 @@ impl Sim {
             RxOutcome::Held => {
                 n.held.insert(handle, bytes.to_vec());
             }
-            RxOutcome::Deliver { tag, payload, .. } => {
+            RxOutcome::Deliver {
+                peer, tag, payload, ..
+            } => {
                 if !self.unchecked {
-                    Self::deliver(n, tag, &bytes[payload]);
+                    let from = n.node_of(peer);
+                    Self::deliver(n, from, tag, &bytes[payload]);
                 }
             }
             RxOutcome::Write {
@@ -427,12 +483,12 @@ impl Sim {
         }
     }
 
-    fn deliver(n: &mut Node, tag: u8, data: &[u8]) {
-        let key = (tag, data.len(), fnv(data));
+    fn deliver(n: &mut Node, from: usize, tag: u8, data: &[u8]) {
+        let key = (from, tag, data.len(), fnv(data));
         match n.expect.get_mut(&key) {
             Some(c) if *c > 0 => *c -= 1,
             _ => panic!(
-                "unexpected delivery (duplicate or corrupt): tag {tag} len {}",
+                "unexpected delivery (duplicate, corrupt or misrouted): from node {from} tag {tag} len {}",
                 data.len()
             ),
         }
@@ -460,12 +516,25 @@ impl Sim {
         while let Some(ev) = self.nodes[i].eng.poll_event() {
             let n = &mut self.nodes[i];
             match ev {
-                Event::Deliver { tag, ref data, .. } => Self::deliver(n, tag, data),
-                Event::DeliverPieces {
-                    tag, len, pieces, ..
+                Event::Deliver {
+                    peer,
+                    tag,
+                    ref data,
+                    ..
                 } => {
+                    let from = n.node_of(peer);
+                    Self::deliver(n, from, tag, data)
+                }
+                Event::DeliverPieces {
+                    peer,
+                    tag,
+                    len,
+                    pieces,
+                    ..
+                } => {
+                    let from = n.node_of(peer);
                     let data = Self::gather(n, len, pieces);
-                    Self::deliver(n, tag, &data)
+                    Self::deliver(n, from, tag, &data)
                 }
                 Event::Release { handles } => Self::release(n, handles),
                 Event::SendComplete { cookie, result, .. }
@@ -483,6 +552,7 @@ impl Sim {
                     if result.is_err() {
                         self.errors.push((i, ev.clone()));
                     } else if let Pending::Get {
+                        remote,
                         rr,
                         ro,
                         lr,
@@ -491,7 +561,7 @@ impl Sim {
                     } = p
                     {
                         // The bytes must already be in place, equal to the source.
-                        let src = &self.nodes[1 - i].mem[&rr][ro as usize..(ro + len) as usize];
+                        let src = &self.nodes[remote].mem[&rr][ro as usize..(ro + len) as usize];
                         let dst = &self.nodes[i].mem[&lr][lo as usize..(lo + len) as usize];
                         assert!(src == dst, "GET {cookie:?} landed wrong bytes");
                     }
@@ -532,6 +602,10 @@ impl Sim {
             {
                 self.datagrams += 1;
                 let n = &mut self.nodes[i];
+                let to = n.node_of(t.peer);
+                if let Some(tr) = &mut self.trace {
+                    tr.push((i, to, c));
+                }
                 let start = n.nic_free[c as usize].max(self.now);
                 let done = start + (t.len as u64 * self.sc.ps_per_byte).div_ceil(1000);
                 n.nic_free[c as usize] = done;
@@ -550,7 +624,7 @@ impl Sim {
                     self.wire.push(Reverse(Datagram {
                         at,
                         order: self.order,
-                        to: 1 - i,
+                        to,
                         ch: c,
                         bytes: buf[..t.len].to_vec(),
                     }));
