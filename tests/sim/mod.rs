@@ -126,8 +126,9 @@ impl SimConfig {
         let cfg = (0..n)
             .map(|i| Config {
                 local_id: 100 + i as u64,
-                // One job: every node has the job's key, as every rank of an MPI job has, so
-                // only the sender's id tells a datagram's stream apart.
+                // One key for all, where the edge draws one per module: a datagram sent to
+                // the wrong node is then taken for its sender's on the id alone, so
+                // misrouting shows as a wrong delivery instead of a drop that resends repair.
                 local_key: 0x5eed_0000,
                 isn: if i == 0 { 65_000 } else { 123 * i as u16 },
                 window,
