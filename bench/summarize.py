@@ -727,30 +727,26 @@ def summary(run):
     sizes = sorted(set().union(*[set(run.series("clean", c, "mr")) for c in run.configs] + [set()]))
     L.extend(peer_ratio_table(run, subj, "mr", sizes, ["tcp", "rxd"]))
 
-    # No target in issue 5: these show what the windowed and ping-pong programs cannot, a send that
-    # completes only when the peer acknowledges it.
-    for bench, title in (("sendloop", "Blocking sends: rank 0's `MPI_Send` loop into rank 1's `MPI_Recv` loop, "
-                                      "µs per message"),
-                         ("sendrecv", "Blocking sends: `MPI_Sendrecv` both ways at once, µs per step")):
+    # No target in issue 5. The blocking sends show what the windowed and ping-pong programs cannot,
+    # a send that completes only when the peer acknowledges it; the halo is the one program in which
+    # a rank has two peers with data at once, and runs with a launcher of its own.
+    halo_how = "Layout: %s. Launcher: `%s <config> bench/bin/bench_halo <sizes> -t %s -i 3`." % (
+        m.get("halo_layout", "?"), m.get("launcher_halo", "?"), m.get("target_time_s"))
+    for bench, title, how in (
+            ("sendloop", "Blocking sends: rank 0's `MPI_Send` loop into rank 1's `MPI_Recv` loop, µs per message",
+             None),
+            ("sendrecv", "Blocking sends: `MPI_Sendrecv` both ways at once, µs per step", None),
+            ("halo", "Halo exchange: every rank sends one message to each ring neighbour and receives one from "
+                     "each at once, µs per step", halo_how)):
         sizes = sorted(set().union(*[set(run.series("clean", c, bench)) for c in run.configs] + [set()]))
         if not sizes:
             continue
         L.append("## %s (lower is better; no target); ratios paired per repetition" % title)
         L.append("")
+        if how:
+            L += [how, ""]
         peers = [p for p in ("tcp", "rxd") if p in run.configs and p != subj]
         L.extend(peer_ratio_table(run, subj, bench, sizes, peers))
-
-    # No target either: the one program in which a rank has two peers with data at once.
-    sizes = sorted(set().union(*[set(run.series("clean", c, "halo")) for c in run.configs] + [set()]))
-    if sizes:
-        L.append("## Halo exchange: every rank sends one message to each ring neighbour and receives one from "
-                 "each at once, µs per step (lower is better; no target); ratios paired per repetition")
-        L.append("")
-        L.append("Layout: %s. Launcher: `%s <config> bench/bin/bench_halo <sizes> -t %s -i 3`."
-                 % (m.get("halo_layout", "?"), m.get("launcher_halo", "?"), m.get("target_time_s")))
-        L.append("")
-        peers = [p for p in ("tcp", "rxd") if p in run.configs and p != subj]
-        L.extend(peer_ratio_table(run, subj, "halo", sizes, peers))
 
     if run.loss:
         L.append("## Bandwidth under loss, MB/s (window 64), as a fraction of the clean run at the same sizes")
