@@ -109,30 +109,7 @@ fn run_workload(sc: SimConfig, seed: u64, n: usize) -> Sim {
             } => s.get(from, id, REG_SRC, ro, REG_DST, lo, len),
         }
     }
-    let ok = s.run(3_000_000, 120_000_000_000);
-    assert!(
-        ok,
-        "no quiescence (seed {seed}): steps {} now {} ns, pending {:?} / {:?}, stats {:?} / {:?}",
-        s.steps,
-        s.now,
-        s.nodes[0].pending.len(),
-        s.nodes[1].pending.len(),
-        s.nodes[0].eng.stats(),
-        s.nodes[1].eng.stats()
-    );
-    assert!(
-        s.errors.is_empty(),
-        "seed {seed}: failed ops {:?}",
-        s.errors
-    );
-    for node in &s.nodes {
-        assert!(node.failures.is_empty(), "seed {seed}: {:?}", node.failures);
-        assert!(
-            node.held.is_empty(),
-            "seed {seed}: {} kept datagrams never delivered",
-            node.held.len()
-        );
-    }
+    s.settle(&format!("seed {seed}"));
     // Node 0 keeps chunks where they arrive (Config::max_held), node 1 copies them.
     assert!(
         s.nodes[0].held_used > 0 && s.nodes[1].held_used == 0,

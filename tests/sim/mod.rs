@@ -364,6 +364,36 @@ impl Sim {
         }
     }
 
+    /// Runs to quiescence within the bounds the randomized workloads use, and checks that
+    /// nothing failed and no kept datagram was left behind; `what` names the run in a failure.
+    pub fn settle(&mut self, what: &str) {
+        let ok = self.run(3_000_000, 120_000_000_000);
+        assert!(
+            ok,
+            "{what}: no quiescence: steps {} now {} ns, pending {:?}, stats {:?}",
+            self.steps,
+            self.now,
+            self.nodes
+                .iter()
+                .map(|n| n.pending.len())
+                .collect::<Vec<_>>(),
+            self.nodes.iter().map(|n| n.eng.stats()).collect::<Vec<_>>()
+        );
+        assert!(
+            self.errors.is_empty(),
+            "{what}: failed ops {:?}",
+            self.errors
+        );
+        for (i, n) in self.nodes.iter().enumerate() {
+            assert!(n.failures.is_empty(), "{what}: {:?}", n.failures);
+            assert!(
+                n.held.is_empty(),
+                "{what}: node {i} kept {} datagrams never delivered",
+                n.held.len()
+            );
+        }
+    }
+
     fn next_time(&self) -> Option<u64> {
         let mut t: Option<u64> = None;
         let mut at = |x: u64| t = Some(t.map_or(x, |t| t.min(x)));
