@@ -21,7 +21,7 @@ fn size(rng: &mut Rng) -> usize {
 /// before the first pass; runs to quiescence and checks that every message arrived once,
 /// byte-exact, from the node that sent it (the simulator's expectations), and that nothing
 /// failed or stayed behind (`Sim::settle`).
-fn mesh(nodes: usize, link: Link, turn: u32, per_pair: usize, seed: u64) -> Sim {
+fn mesh(nodes: usize, link: Link, turn: u32, per_pair: usize, seed: u64) {
     let mut sc = SimConfig::nodes(nodes, link, 256);
     for c in &mut sc.cfg {
         c.data_turn = turn;
@@ -46,7 +46,6 @@ fn mesh(nodes: usize, link: Link, turn: u32, per_pair: usize, seed: u64) -> Sim 
             "seed {seed}: node {i}'s deliveries"
         );
     }
-    s
 }
 
 #[test]
