@@ -132,11 +132,8 @@ impl FragPool {
         if f.buf.capacity() < seg0 {
             f.buf = spare(seg0);
         }
-        if f.buf.len() >= seg0 {
-            f.buf.truncate(seg0);
-        } else {
-            f.buf.resize(seg0, 0);
-        }
+        // Truncates, or zeroes only the bytes added.
+        f.buf.resize(seg0, 0);
         // Reset what the PML may have set on a previous life.
         // SAFETY: zero is the valid initial state of the descriptor (see `Frag::blank`).
         f.des = unsafe { core::mem::zeroed() };

@@ -101,7 +101,7 @@ impl Engine {
     }
 
     /// An empty buffer with room for `cap` bytes, reused from a finished fragment when one is
-    /// big enough (the edge builds outgoing fragments in it).
+    /// big enough (the edge appends a fragment's pieces to it).
     pub fn spare_buffer(&mut self, cap: usize) -> Vec<u8> {
         self.spares.with_capacity(cap)
     }
