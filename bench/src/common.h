@@ -291,6 +291,31 @@ static long bench_calibrate(bench_body body, size_t size, void *ctx, const struc
     }
 }
 
+/*
+ * The per-size loop of a program that reports microseconds: for every selected size, calibrate,
+ * time `body`, run `check` once when the data check is on, and print on rank 0 the size, the
+ * time per iteration divided by `per_iter` (2 for a ping-pong's one-way time) and the count.
+ */
+typedef void (*bench_check)(size_t size, void *ctx);
+
+static inline void bench_us_per_size(bench_body body, bench_check check, void *ctx, const struct bench_opts *o,
+                                     double per_iter)
+{
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    for (int i = 0; i < o->nsizes; i++) {
+        size_t size = o->sizes[i];
+        long iters = bench_calibrate(body, size, ctx, o);
+        double t = body(size, iters, ctx);
+        if (o->check)
+            check(size, ctx);
+        if (rank == 0) {
+            printf("%zu %.3f %ld\n", size, t * 1e6 / (per_iter * (double)iters), iters);
+            fflush(stdout);
+        }
+    }
+}
+
 /* CLOCK_MONOTONIC directly rather than MPI_Wtime, so the clock is the same whatever MPI library runs. */
 static double bench_now(void)
 {

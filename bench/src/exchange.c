@@ -38,8 +38,9 @@ static double xch_body(size_t size, long iters, void *vctx)
     return bench_now() - t0;
 }
 
-static void xch_check(struct xch_ctx *c, size_t size)
+static void xch_check(size_t size, void *vctx)
 {
+    struct xch_ctx *c = vctx;
     if (c->rank > 1)
         return;
     int peer = 1 - c->rank;
@@ -69,17 +70,7 @@ int main(int argc, char **argv)
     c.sbuf = bench_alloc(maxsz);
     c.rbuf = bench_alloc(maxsz);
     bench_header(prog, &o, "size_bytes us_per_iteration iterations");
-    for (int i = 0; i < o.nsizes; i++) {
-        size_t size = o.sizes[i];
-        long iters = bench_calibrate(xch_body, size, &c, &o);
-        double t = xch_body(size, iters, &c);
-        if (o.check)
-            xch_check(&c, size);
-        if (c.rank == 0) {
-            printf("%zu %.3f %ld\n", size, t * 1e6 / (double)iters, iters);
-            fflush(stdout);
-        }
-    }
+    bench_us_per_size(xch_body, xch_check, &c, &o, 1.0);
     free(c.sbuf);
     free(c.rbuf);
     MPI_Finalize();

@@ -38,8 +38,9 @@ static double halo_body(size_t size, long iters, void *vctx)
 
 /* Each direction carries its own pattern (round 1 rightwards, 2 leftwards), so a message that
  * reached the wrong neighbour or the wrong buffer fails the check. */
-static void halo_check(struct halo_ctx *c, size_t size)
+static void halo_check(size_t size, void *vctx)
 {
+    struct halo_ctx *c = vctx;
     bench_fill(c->sbuf[0], size, c->rank, 1);
     bench_fill(c->sbuf[1], size, c->rank, 2);
     halo_step(c, size, BENCH_CHECK_TAG);
@@ -66,17 +67,7 @@ int main(int argc, char **argv)
         c.rbuf[d] = bench_alloc(maxsz);
     }
     bench_header("bench_halo", &o, "size_bytes us_per_step iterations");
-    for (int i = 0; i < o.nsizes; i++) {
-        size_t size = o.sizes[i];
-        long iters = bench_calibrate(halo_body, size, &c, &o);
-        double t = halo_body(size, iters, &c);
-        if (o.check)
-            halo_check(&c, size);
-        if (c.rank == 0) {
-            printf("%zu %.3f %ld\n", size, t * 1e6 / (double)iters, iters);
-            fflush(stdout);
-        }
-    }
+    bench_us_per_size(halo_body, halo_check, &c, &o, 1.0);
     for (int d = 0; d < 2; d++) {
         free(c.sbuf[d]);
         free(c.rbuf[d]);

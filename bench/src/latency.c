@@ -28,8 +28,9 @@ static double lat_body(size_t size, long iters, void *vctx)
     return bench_now() - t0;
 }
 
-static void lat_check(struct lat_ctx *c, size_t size)
+static void lat_check(size_t size, void *vctx)
 {
+    struct lat_ctx *c = vctx;
     if (c->rank == 0) {
         bench_fill(c->sbuf, size, 0, 1);
         MPI_Send(c->sbuf, (int)size, MPI_BYTE, 1, BENCH_CHECK_TAG, MPI_COMM_WORLD);
@@ -58,17 +59,7 @@ int main(int argc, char **argv)
     c.sbuf = bench_alloc(maxsz);
     c.rbuf = bench_alloc(maxsz);
     bench_header("bench_latency", &o, "size_bytes latency_us iterations");
-    for (int i = 0; i < o.nsizes; i++) {
-        size_t size = o.sizes[i];
-        long iters = bench_calibrate(lat_body, size, &c, &o);
-        double t = lat_body(size, iters, &c);
-        if (o.check)
-            lat_check(&c, size);
-        if (c.rank == 0) {
-            printf("%zu %.3f %ld\n", size, t * 1e6 / (2.0 * (double)iters), iters);
-            fflush(stdout);
-        }
-    }
+    bench_us_per_size(lat_body, lat_check, &c, &o, 2.0);
     free(c.sbuf);
     free(c.rbuf);
     MPI_Finalize();
