@@ -2,7 +2,8 @@
 //! and a peer keeps the data channel for a turn of `Config::data_turn` segments, as the Open
 //! MPI edge sets it where one system call sends a run of datagrams to one peer. A halo
 //! exchange is this traffic; the two-node simulation has one peer per engine and never
-//! switches. Replay a failure with `SIM_SEED=<printed seed> cargo test --release --test
+//! switches. Emulated RDMA goes between all of them too: a node writes into, and reads from,
+//! several peers' memory at once. Replay a failure with `SIM_SEED=<printed seed> cargo test --release --test
 //! proto_sim_peers`.
 
 mod sim;
@@ -59,6 +60,116 @@ fn every_message_between_four_peers_arrives_once_whatever_the_turn() {
         ] {
             eprintln!("turn {turn}, {what}");
             mesh(4, link, turn, 12, seed + turn as u64);
+        }
+    }
+}
+
+/// Where node `i` keeps what node `j` puts into it (`REG_PUT + j`) and what it reads from node
+/// `j` (`REG_DST + j`); `REG_SRC` is what the others read from it, different on every node so a
+/// read answered by the wrong node lands wrong bytes.
+const REG_SRC: u64 = 1;
+const REG_PUT: u64 = 100;
+const REG_DST: u64 = 200;
+const SRC_LEN: u64 = 1 << 20;
+
+enum Op {
+    Send(usize, usize, u64, u8, usize),
+    Put(usize, usize, u64, u64, usize),
+    Get(usize, usize, u64, u64, u64, u64),
+}
+
+/// `nodes` nodes, each with `per_pair` operations to every other, all queued before the
+/// first pass: sends, puts into the peer's region for this writer, gets from the peer's
+/// source region. Every send arrives once from its sender, every put's bytes are where it
+/// put them on the node it named, and every get's bytes equal its source (checked at its
+/// completion by the simulator).
+fn mixed(nodes: usize, link: Link, turn: u32, per_pair: usize, seed: u64) {
+    let mut sc = SimConfig::nodes(nodes, link, 256);
+    for c in &mut sc.cfg {
+        c.data_turn = turn;
+    }
+    let mut rng = Rng(seed ^ 0x3d3a);
+    let mut ops = Vec::new();
+    let mut put_end = vec![vec![0u64; nodes]; nodes]; // [target][writer]
+    let mut dst_end = vec![vec![0u64; nodes]; nodes]; // [reader][source]
+    let mut sends_to = vec![0u64; nodes];
+    let mut id = 1;
+    for _ in 0..per_pair {
+        for from in 0..nodes {
+            for to in (0..nodes).filter(|&to| to != from) {
+                let len = size(&mut rng);
+                ops.push(match rng.below(10) {
+                    0..=2 => {
+                        put_end[to][from] += len as u64;
+                        Op::Put(from, to, id, put_end[to][from] - len as u64, len)
+                    }
+                    3..=5 => {
+                        let len = len as u64;
+                        dst_end[from][to] += len;
+                        let ro = rng.below(SRC_LEN - len + 1);
+                        Op::Get(from, to, id, ro, dst_end[from][to] - len, len)
+                    }
+                    _ => {
+                        sends_to[to] += 1;
+                        Op::Send(from, to, id, rng.below(256) as u8, len)
+                    }
+                });
+                id += 1;
+            }
+        }
+    }
+    let mut s = Sim::new(sc, seed);
+    for (i, n) in s.nodes.iter_mut().enumerate() {
+        let mut src = vec![0u8; SRC_LEN as usize];
+        Rng(seed.wrapping_mul(31) + i as u64).fill(&mut src);
+        n.mem.insert(REG_SRC, src);
+        for j in (0..nodes).filter(|&j| j != i) {
+            n.mem
+                .insert(REG_PUT + j as u64, vec![0; put_end[i][j] as usize]);
+            n.mem
+                .insert(REG_DST + j as u64, vec![0; dst_end[i][j] as usize]);
+        }
+    }
+    for op in &ops {
+        match *op {
+            Op::Send(from, to, id, tag, len) => s.send_to(from, to, id, tag, len),
+            Op::Put(from, to, id, off, len) => {
+                s.put_to(from, to, id, REG_PUT + from as u64, off, len)
+            }
+            Op::Get(from, to, id, ro, lo, len) => {
+                s.get_from(from, to, id, REG_SRC, ro, REG_DST + to as u64, lo, len)
+            }
+        }
+    }
+    s.settle(&format!("seed {seed}, turn {turn}"));
+    for op in &ops {
+        if let Op::Put(from, to, id, off, len) = *op {
+            let m = &s.nodes[to].mem[&(REG_PUT + from as u64)];
+            assert!(
+                m[off as usize..off as usize + len] == pattern(id, len)[..],
+                "seed {seed}: put {id} from node {from} is not in node {to}'s memory"
+            );
+        }
+    }
+    for (i, n) in s.nodes.iter().enumerate() {
+        assert_eq!(
+            n.delivered, sends_to[i],
+            "seed {seed}: node {i}'s deliveries"
+        );
+    }
+}
+
+#[test]
+fn puts_and_gets_between_four_peers_land_where_they_were_aimed() {
+    let seed = seed(47);
+    for turn in [1, 44] {
+        for (what, link) in [
+            ("clean", Link::lossy(0.0)),
+            ("5 % loss, duplicates, reordering", Link::nasty(0.05)),
+            ("20 % loss", Link::lossy(0.2)),
+        ] {
+            eprintln!("turn {turn}, {what}");
+            mixed(4, link, turn, 12, seed + turn as u64);
         }
     }
 }

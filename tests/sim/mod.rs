@@ -302,7 +302,20 @@ impl Sim {
 
     /// Queues a put of `pattern(id, len)` at (region, offset) of the other node.
     pub fn put(&mut self, from: usize, id: u64, region: u64, offset: u64, len: usize) {
-        let peer = self.nodes[from].peer(self.other(from));
+        self.put_to(from, self.other(from), id, region, offset, len);
+    }
+
+    /// Queues a put of `pattern(id, len)` at (region, offset) of node `to`.
+    pub fn put_to(
+        &mut self,
+        from: usize,
+        to: usize,
+        id: u64,
+        region: u64,
+        offset: u64,
+        len: usize,
+    ) {
+        let peer = self.nodes[from].peer(to);
         let n = &mut self.nodes[from];
         n.pending.insert(id, Pending::Put);
         n.eng
@@ -317,9 +330,26 @@ impl Sim {
             .expect("submit_put");
     }
 
+    /// Queues a get of the other node's (rr, ro) into local (lr, lo), `len` bytes.
     #[allow(clippy::too_many_arguments)]
     pub fn get(&mut self, from: usize, id: u64, rr: u64, ro: u64, lr: u64, lo: u64, len: u64) {
-        let remote = self.other(from);
+        self.get_from(from, self.other(from), id, rr, ro, lr, lo, len);
+    }
+
+    /// Queues a get of node `remote`'s (rr, ro) into local (lr, lo), `len` bytes; its
+    /// completion checks the bytes against `remote`'s memory.
+    #[allow(clippy::too_many_arguments)]
+    pub fn get_from(
+        &mut self,
+        from: usize,
+        remote: usize,
+        id: u64,
+        rr: u64,
+        ro: u64,
+        lr: u64,
+        lo: u64,
+        len: u64,
+    ) {
         let n = &mut self.nodes[from];
         let peer = n.peer(remote);
         n.pending.insert(
