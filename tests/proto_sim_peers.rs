@@ -10,6 +10,15 @@ mod sim;
 
 use sim::*;
 
+/// The links every many-peer workload crosses in turn.
+fn links() -> [(&'static str, Link); 3] {
+    [
+        ("clean", Link::lossy(0.0)),
+        ("5 % loss, duplicates, reordering", Link::nasty(0.05)),
+        ("20 % loss", Link::lossy(0.2)),
+    ]
+}
+
 fn size(rng: &mut Rng) -> usize {
     match rng.below(10) {
         0..=5 => rng.below(2000) as usize,
@@ -53,11 +62,7 @@ fn mesh(nodes: usize, link: Link, turn: u32, per_pair: usize, seed: u64) {
 fn every_message_between_four_peers_arrives_once_whatever_the_turn() {
     let seed = seed(31);
     for turn in [1, 8, 44] {
-        for (what, link) in [
-            ("clean", Link::lossy(0.0)),
-            ("5 % loss, duplicates, reordering", Link::nasty(0.05)),
-            ("20 % loss", Link::lossy(0.2)),
-        ] {
+        for (what, link) in links() {
             eprintln!("turn {turn}, {what}");
             mesh(4, link, turn, 12, seed + turn as u64);
         }
@@ -163,11 +168,7 @@ fn mixed(nodes: usize, link: Link, turn: u32, per_pair: usize, seed: u64) {
 fn puts_and_gets_between_four_peers_land_where_they_were_aimed() {
     let seed = seed(47);
     for turn in [1, 44] {
-        for (what, link) in [
-            ("clean", Link::lossy(0.0)),
-            ("5 % loss, duplicates, reordering", Link::nasty(0.05)),
-            ("20 % loss", Link::lossy(0.2)),
-        ] {
+        for (what, link) in links() {
             eprintln!("turn {turn}, {what}");
             mixed(4, link, turn, 12, seed + turn as u64);
         }
