@@ -1,6 +1,10 @@
 //! Reassembly of chunked fragments on the receiving side: any arrival order, many at once.
 //! The sequence layer has already made every segment unique, so counting bytes suffices.
 //!
+//! Chunks of a fragment never overlap: a chunk that would bring more bytes than the
+//! fragment's total (a peer sending overlapping chunks under distinct sequence numbers) is
+//! refused, so a fragment always comes out exactly `total` bytes long.
+//!
 //! A fragment is reassembled one of two ways, chosen at its first chunk: copied into one
 //! buffer, or (when the edge offers to let its receive buffers be kept, and the fragment
 //! needs few of them) as the list of the chunks where they arrived, so the PML reads them
@@ -30,6 +34,10 @@ struct Reassembly {
     got: u32,
     store: Store,
 }
+
+/// A chunk that would bring its fragment more bytes than its total: it overlaps others.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Overrun;
 
 /// A fragment this chunk completed.
 #[derive(Debug, PartialEq, Eq)]
@@ -70,7 +78,8 @@ impl Reassembler {
     /// Stores one chunk (validated by `wire::parse`: offset + len <= total). `hold` offers to
     /// keep the datagram (its handle, and where `data` lies in it) instead of copying;
     /// `budget` is how many more buffers may be kept. Returns whether the datagram was kept,
-    /// and the whole fragment when this chunk completed it.
+    /// and the whole fragment when this chunk completed it; `Overrun` (nothing stored) when the
+    /// chunk overlaps what the fragment already has.
     #[allow(clippy::too_many_arguments)]
     pub fn add(
         &mut self,
@@ -82,7 +91,7 @@ impl Reassembler {
         hold: Option<(u64, Range<usize>)>,
         budget: u32,
         spares: &mut Spares,
-    ) -> (bool, Option<Whole>) {
+    ) -> Result<(bool, Option<Whole>), Overrun> {
         let r = match self.last.as_mut().filter(|(l, _)| *l == id) {
             Some((_, r)) => r,
             None => {
@@ -111,6 +120,9 @@ impl Reassembler {
                 &mut self.last.insert((id, r)).1
             }
         };
+        if r.got as usize + data.len() > r.total as usize {
+            return Err(Overrun);
+        }
         let mut held = false;
         match &mut r.store {
             Store::Copied(buf) => {
@@ -130,7 +142,7 @@ impl Reassembler {
         }
         r.got += data.len() as u32;
         if r.got < r.total {
-            return (held, None);
+            return Ok((held, None));
         }
         let (_, r) = self.last.take().expect("this chunk's fragment");
         let whole = match r.store {
@@ -145,7 +157,7 @@ impl Reassembler {
                 Whole::Pieces(r.tag, r.total as usize, pieces, n)
             }
         };
-        (held, Some(whole))
+        Ok((held, Some(whole)))
     }
 
     /// Forgets every fragment; returns the handles of the buffers that were kept.
@@ -185,16 +197,18 @@ mod tests {
         let mut last = None;
         for (n, &k) in order.iter().enumerate() {
             let (off, d) = &cs[k];
-            let (held, whole) = r.add(
-                7,
-                1,
-                1000,
-                *off,
-                d,
-                Some((k as u64, 40..40 + d.len())),
-                100,
-                &mut spares,
-            );
+            let (held, whole) = r
+                .add(
+                    7,
+                    1,
+                    1000,
+                    *off,
+                    d,
+                    Some((k as u64, 40..40 + d.len())),
+                    100,
+                    &mut spares,
+                )
+                .unwrap();
             assert!(held);
             assert_eq!(whole.is_some(), n == 3);
             last = whole;
@@ -223,16 +237,18 @@ mod tests {
             let cs = chunks(1000, size);
             let mut out = None;
             for (k, (off, d)) in cs.iter().enumerate() {
-                let (held, w) = r.add(
-                    1,
-                    2,
-                    1000,
-                    *off,
-                    d,
-                    Some((k as u64, 0..d.len())),
-                    budget,
-                    &mut spares,
-                );
+                let (held, w) = r
+                    .add(
+                        1,
+                        2,
+                        1000,
+                        *off,
+                        d,
+                        Some((k as u64, 0..d.len())),
+                        budget,
+                        &mut spares,
+                    )
+                    .unwrap();
                 assert!(!held, "chunks of {size} with budget {budget}");
                 out = w;
             }
@@ -249,6 +265,7 @@ mod tests {
         let mut add = |r: &mut Reassembler, id: u32, k: usize, hold: Option<u64>| {
             let offer = hold.map(|h| (h, 0..300));
             r.add(id, 0, 900, cs[k].0, &cs[k].1, offer, 10, &mut spares)
+                .unwrap()
         };
         assert!(add(&mut r, 3, 0, Some(10)).0);
         assert!(!add(&mut r, 3, 1, None).0);
@@ -278,7 +295,7 @@ mod tests {
                     assert!(!r.consistent(id, tag + 1, 1000), "another tag");
                     assert!(!r.consistent(id, tag, 999), "another length");
                 }
-                let (held, w) = r.add(id, tag, 1000, *off, d, None, 0, &mut spares);
+                let (held, w) = r.add(id, tag, 1000, *off, d, None, 0, &mut spares).unwrap();
                 assert!(!held);
                 wholes.extend(w);
             }
@@ -290,13 +307,49 @@ mod tests {
         );
         assert!(r.consistent(1, 0, 5), "a finished fragment is forgotten");
         // The latest place answers too: fragment 3's chunk came last.
-        r.add(3, 4, 1000, 0, &cs[0].1, None, 0, &mut spares);
+        r.add(3, 4, 1000, 0, &cs[0].1, None, 0, &mut spares)
+            .unwrap();
         assert!(r.consistent(3, 4, 1000) && !r.consistent(3, 5, 1000));
         // A fragment still open in the latest place gives its kept buffers back too.
         assert!(
             r.add(9, 0, 1000, 0, &cs[0].1, Some((42, 0..100)), 10, &mut spares)
+                .unwrap()
                 .0
         );
         assert_eq!(r.clear(), vec![42]);
+    }
+
+    #[test]
+    fn overlapping_chunks_are_refused_so_a_fragment_is_exactly_its_total() {
+        // Chunk 0 again under another sequence number, once the fragment has all but its
+        // last chunk: both ways of reassembling refuse it, keep nothing of it, and the
+        // fragment still completes with the right bytes when its last chunk comes.
+        let cs = chunks(1000, 300);
+        let want: Vec<u8> = cs.iter().flat_map(|c| c.1.clone()).collect();
+        for hold in [false, true] {
+            let mut r = Reassembler::keyed(0);
+            let mut spares = Spares::default();
+            let mut add = |r: &mut Reassembler, k: usize, h: u64| {
+                let offer = hold.then(|| (h, 0..cs[k].1.len()));
+                r.add(5, 1, 1000, cs[k].0, &cs[k].1, offer, 10, &mut spares)
+            };
+            for k in 0..3 {
+                assert_eq!(add(&mut r, k, k as u64).unwrap().1, None);
+            }
+            assert_eq!(add(&mut r, 0, 9), Err(Overrun), "hold {hold}");
+            let whole = add(&mut r, 3, 3).unwrap().1.expect("complete");
+            let got: Vec<u8> = match whole {
+                Whole::Copied(1, d) => d,
+                Whole::Pieces(1, 1000, pieces, 4) => pieces
+                    .iter()
+                    .flat_map(|p| match p {
+                        Piece::Held { handle, .. } => cs[*handle as usize].1.clone(),
+                        Piece::Owned(v) => v.clone(),
+                    })
+                    .collect(),
+                w => panic!("hold {hold}: {w:?}"),
+            };
+            assert_eq!(got, want, "hold {hold}");
+        }
     }
 }

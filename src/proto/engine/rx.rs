@@ -155,7 +155,7 @@ impl Engine {
             Kind::Chunk => {
                 let offer = hold.map(|handle| (handle, payload.clone()));
                 let budget = self.cfg.max_held.saturating_sub(self.held);
-                let (held, whole) = p.reasm.add(
+                let Ok((held, whole)) = p.reasm.add(
                     h.id,
                     h.tag,
                     h.total,
@@ -164,7 +164,12 @@ impl Engine {
                     offer,
                     budget,
                     &mut self.spares,
-                );
+                ) else {
+                    // Overlapping chunks come only from a broken or forged sender; its number
+                    // is taken (a copy of it is a duplicate) and its bytes are not.
+                    self.stats.bad_chunk_recvs += 1;
+                    return RxOutcome::Dropped(DropReason::BadChunk);
+                };
                 if held {
                     self.held += 1;
                 }
