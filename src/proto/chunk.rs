@@ -106,7 +106,10 @@ impl Reassembler {
                         got: 0,
                         // Every byte of a copy buffer is overwritten by exactly one chunk before
                         // delivery (the sequence layer made chunks unique and `got` counts
-                        // them), so a spare's old bytes never show.
+                        // them), so a spare's old bytes never show. A forged sender holding the
+                        // job's key could still overlap chunks and leave a gap of exactly their
+                        // overlap; like any forged in-window segment (docs/robustness.md) that
+                        // takes an authenticated wire to stop.
                         store: if keep {
                             Store::Pieces(Vec::with_capacity(pieces))
                         } else {
