@@ -9,6 +9,7 @@
 mod sim;
 
 use sim::*;
+use usnic_rs::proto::{Duration, Event};
 
 /// The links every many-peer workload crosses in turn.
 fn links() -> [(&'static str, Link); 3] {
@@ -229,4 +230,111 @@ fn peers_with_data_take_turns_of_the_configured_length() {
             &r[r.len() - 2..]
         );
     }
+}
+
+#[test]
+fn a_silent_peer_fails_alone() {
+    // Three nodes send to each other at 1 % loss; while traffic flows, everything node 0 sends
+    // is lost from then on (a node that died), and the others send it and each other more.
+    // Nodes 1 and 2 must declare node 0 failed, and only node 0; their operations to node 0
+    // fail and nothing else does; and what they send each other arrives exactly once, intact.
+    let seed = seed(53);
+    let mut sc = SimConfig::nodes(3, Link::lossy(0.01), 256);
+    for c in &mut sc.cfg {
+        c.peer_timeout = Duration::from_millis(1_000);
+    }
+    let mut s = Sim::new(sc, seed);
+    let mut rng = Rng(seed ^ 0x51);
+    let mut id = 1;
+    for _ in 0..10 {
+        for from in 0..3 {
+            for to in (0..3).filter(|&to| to != from) {
+                s.send_to(from, to, id, rng.below(256) as u8, size(&mut rng));
+                id += 1;
+            }
+        }
+    }
+    // 200 us of traffic, then node 0 falls silent with some of it still under way.
+    s.run_until(100_000, 200_000, |_| false);
+    assert!(
+        s.nodes.iter().any(|n| !n.pending.is_empty()),
+        "seed {seed}: node 0 falls silent mid-traffic"
+    );
+    s.sc.links[0] = [Link::lossy(1.0), Link::lossy(1.0)];
+    // Both survivors have data for node 0 outstanding (a peer is declared failed only while it
+    // leaves data unacknowledged), and go on with each other.
+    for _ in 0..5 {
+        for (from, to) in [(1, 0), (2, 0), (1, 2), (2, 1)] {
+            s.send_to(from, to, id, rng.below(256) as u8, size(&mut rng));
+            id += 1;
+        }
+    }
+    let survivors_done = |s: &Sim| {
+        [1, 2].iter().all(|&i| {
+            let n = &s.nodes[i];
+            n.pending.is_empty() && !n.failures.is_empty()
+        })
+    };
+    assert!(
+        s.run_until(3_000_000, s.now + 30_000_000_000, survivors_done),
+        "seed {seed}: survivors still busy at {} ns: pending {:?}",
+        s.now,
+        s.nodes.iter().map(|n| n.pending.len()).collect::<Vec<_>>()
+    );
+    for (i, other) in [(1, 2), (2, 1)] {
+        let n = &s.nodes[i];
+        let dead = n.peer(0);
+        assert!(
+            matches!(&n.failures[..], [Event::PeerFailed { peer, .. }] if *peer == dead),
+            "seed {seed}: node {i} failed {:?}",
+            n.failures
+        );
+        let left: u64 = n
+            .expect
+            .iter()
+            .filter(|(k, _)| k.0 == other)
+            .map(|(_, c)| c)
+            .sum();
+        assert_eq!(left, 0, "seed {seed}: node {other}'s messages to node {i}");
+    }
+    // Idle for three peer timeouts, then more between the survivors: a quiet peer with nothing
+    // unacknowledged is not a failed one.
+    s.now += 3_000_000_000;
+    for _ in 0..5 {
+        for (from, to) in [(1, 2), (2, 1)] {
+            s.send_to(from, to, id, rng.below(256) as u8, size(&mut rng));
+            id += 1;
+        }
+    }
+    let exchanged = |s: &Sim| {
+        [(1, 2), (2, 1)].iter().all(|&(i, other)| {
+            let n = &s.nodes[i];
+            n.pending.is_empty() && n.expect.iter().all(|(k, &c)| k.0 != other || c == 0)
+        })
+    };
+    assert!(
+        s.run_until(3_000_000, s.now + 30_000_000_000, exchanged),
+        "seed {seed}: the survivors' last exchange did not finish"
+    );
+    for i in [1, 2] {
+        assert_eq!(
+            s.nodes[i].failures.len(),
+            1,
+            "seed {seed}: node {i} failed {:?}",
+            s.nodes[i].failures
+        );
+    }
+    let failed_to: Vec<_> = s
+        .errors
+        .iter()
+        .filter(|(i, _)| *i != 0)
+        .map(|(i, ev)| match ev {
+            Event::SendComplete { peer, .. } => (*i, *peer == s.nodes[*i].peer(0)),
+            ev => panic!("seed {seed}: {ev:?}"),
+        })
+        .collect();
+    assert!(
+        !failed_to.is_empty() && failed_to.iter().all(|&(_, dead)| dead),
+        "seed {seed}: failed sends of the survivors, (node, to node 0): {failed_to:?}"
+    );
 }
