@@ -105,6 +105,9 @@ step suite-netns env SUITE_QUICK=1 SUITE_PROGRAMS=0 tests/suite/netns.sh
 step connectivity tests/connectivity/netns.sh
 step deadpeer tests/deadpeer.sh
 step faults tests/suite/faults.sh
+# Three ranks on three hosts: every rank serves two peers at once (the data channel's turns) while
+# datagrams are lost, or dropped, duplicated and delayed by the injector on every side.
+step faults-3 env FAULT_NP=3 FAULT_HOSTS=3 FAULT_ONLY="loss5 mixed" tests/suite/faults.sh
 step apps tests/apps/hpcc.sh
 step hostile tests/hostile/run.sh
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Faults between hosts: runs the mpi4py suite's point-to-point subset (and, with FAULT_PROGRAMS=1, the
 # project's MPI programs through tests/run-netns.sh) over 2 netns hosts, once clean and once per fault
-# (loss 1/5/20 %, reordering, delay jitter via netns-cluster.sh netem on both directions of h2; duplication
-# via the BTL's own fault injector), and prints a markdown table: fault, runtime, ratio vs clean,
+# (loss 1/5/20 %, reordering, delay jitter via netns-cluster.sh netem on both directions of h2; duplication,
+# and drops, duplicates and delays all at once, via the BTL's own fault injector), and prints a markdown table: fault, runtime, ratio vs clean,
 # pass/fail, retransmissions.  Every run has a hard timeout; exceeding it is a failure.
 # Root only; when it cannot run it says why, prints `0 passed, 1 failed` and exits non-zero.
 #
@@ -15,6 +15,7 @@
 #   FAULT_ONLY="clean loss5"     run only these rows (names from the first column)
 #   FAULT_PROGRAMS=1         also run tests/run-netns.sh (project programs) under every netem fault
 #   USNIC_FAULT_DUP_MCA      MCA args of the BTL's own injector for the duplication row (cluster netem cannot duplicate)
+#   USNIC_FAULT_MIX_MCA      MCA args of the injector for the mixed row (drops, duplicates and delays on both sides)
 #   USNIC_STATS_MCA          MCA args that make the BTL print its statistics (default --mca btl_usnic_stats 3600)
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -35,9 +36,11 @@ mkdir -p "$OUT"
 # emulation refuses "duplicate"), so duplication comes from the BTL, e.g.
 # "--mca btl_usnic_fault_send_dup 1 --mca btl_usnic_fault_seed 7" (percentages).
 USNIC_FAULT_DUP_MCA=${USNIC_FAULT_DUP_MCA:---mca btl_usnic_fault_send_dup 1 --mca btl_usnic_fault_seed 7}   # 1 % duplicated datagrams
+# Every kind of fault the injector has at once, on the sending and the receiving side of every rank.
+USNIC_FAULT_MIX_MCA=${USNIC_FAULT_MIX_MCA:---mca btl_usnic_fault_send_drop 2 --mca btl_usnic_fault_recv_drop 2 --mca btl_usnic_fault_send_dup 3 --mca btl_usnic_fault_recv_dup 3 --mca btl_usnic_fault_send_delay 2 --mca btl_usnic_fault_seed 11}
 # ---------------------------------------------------------------------------------------------
 
-# name | mechanism | netem spec on h2 (both directions) or "mca"
+# name | mechanism | netem spec on h2 (both directions), or the variable holding the injector's MCA args
 FAULTS=(
     "clean|none|"
     "loss1|netem|loss 1%"
@@ -45,7 +48,8 @@ FAULTS=(
     "loss20|netem|loss 20%"
     "reorder|netem|delay 300us reorder 25%"
     "jitter|netem|delay 500us 400us"
-    "dup1|btl-injector|mca"
+    "dup1|btl-injector|USNIC_FAULT_DUP_MCA"
+    "mixed|btl-injector|USNIC_FAULT_MIX_MCA"
 )
 
 suite_check_btl "$BTL,self"
@@ -93,12 +97,12 @@ for entry in "${FAULTS[@]}"; do
             rows+=("| $name | BTL fault injector | - | - | n/a: $BTL has no injector (row applies to usnic) | - |")
             continue
         fi
-        if [ -z "$USNIC_FAULT_DUP_MCA" ]; then
-            rows+=("| $name | BTL fault injector | - | - | **FAIL: not run, USNIC_FAULT_DUP_MCA (injector MCA names) not filled in** | - |")
+        if [ -z "${!spec}" ]; then
+            rows+=("| $name | BTL fault injector | - | - | **FAIL: not run, $spec (injector MCA names) not filled in** | - |")
             nfail=$((nfail + 1))
             continue
         fi
-        extra=$USNIC_FAULT_DUP_MCA
+        extra=${!spec}
         ;;
     esac
     echo
