@@ -489,6 +489,12 @@ impl Sim {
         match n.eng.handle_datagram_held(now, ch, bytes, handle) {
             RxOutcome::Held => {
                 n.held.insert(handle, bytes.to_vec());
+                // The edge has only so many receive buffers to lend.
+                let max = self.sc.cfg[i].max_held as usize;
+                assert!(
+                    n.held.len() <= max,
+                    "node {i} keeps more than {max} datagrams"
+                );
             }
             RxOutcome::Deliver {
                 peer, tag, payload, ..
