@@ -3,8 +3,9 @@
 //! MPI edge sets it where one system call sends a run of datagrams to one peer. A halo
 //! exchange is this traffic; the two-node simulation has one peer per engine and never
 //! switches. Emulated RDMA goes between all of them too: a node writes into, and reads from,
-//! several peers' memory at once. Replay a failure with `SIM_SEED=<printed seed> cargo test --release --test
-//! proto_sim_peers`.
+//! several peers' memory at once. A peer that falls silent must fail alone, and drawn corner
+//! configurations must hold up with several peers. Replay a failure with
+//! `SIM_SEED=<printed seed> cargo test --release --test proto_sim_peers`.
 
 mod sim;
 
