@@ -357,6 +357,10 @@ fn forged_beside_a_stream(seed: u64, rdma: bool) {
             sent_back += 1;
             id += 1;
         }
+        if k % 16 == 0 {
+            s.pass();
+            s.now += 2_000;
+        }
         let b = mutate(&mut rng, &corpus);
         if wire::parse(&b).is_ok_and(|(h, _)| h.src == honest) {
             continue;
@@ -368,10 +372,6 @@ fn forged_beside_a_stream(seed: u64, rdma: bool) {
         };
         s.inject(2, ch, &b);
         forged += 1;
-        if k % 16 == 0 {
-            s.pass();
-            s.now += 2_000;
-        }
     }
     let done = |s: &Sim| {
         [(1, 2), (2, 1)].iter().all(|&(i, other)| {
