@@ -49,6 +49,19 @@ static void bench_die(const char *msg)
     exit(2);
 }
 
+/* MPI_Init, this process's rank and the job's size, which every program needs at least 2 of:
+ * a smaller job stops with `too_few`. Returns the size. */
+static int bench_init(int *argc, char ***argv, int *rank, const char *too_few)
+{
+    int nranks;
+    MPI_Init(argc, argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    if (nranks < 2)
+        bench_die(too_few);
+    return nranks;
+}
+
 static void bench_usage(const char *prog, int rank)
 {
     if (rank == 0)

@@ -59,12 +59,7 @@ int main(int argc, char **argv)
 #endif
     struct bench_opts o;
     struct xch_ctx c;
-    int nranks;
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    if (nranks < 2)
-        bench_die("bench_sendrecv/bench_sendloop need at least 2 ranks");
+    bench_init(&argc, &argv, &c.rank, "bench_sendrecv/bench_sendloop need at least 2 ranks");
     bench_parse(argc, argv, &o, 0);
     size_t maxsz = bench_max_size(&o);
     c.sbuf = bench_alloc(maxsz);

@@ -52,12 +52,7 @@ int main(int argc, char **argv)
 {
     struct bench_opts o;
     struct halo_ctx c;
-    int nranks;
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    if (nranks < 2)
-        bench_die("bench_halo needs at least 2 ranks");
+    int nranks = bench_init(&argc, &argv, &c.rank, "bench_halo needs at least 2 ranks");
     c.right = (c.rank + 1) % nranks;
     c.left = (c.rank + nranks - 1) % nranks;
     bench_parse(argc, argv, &o, 0);

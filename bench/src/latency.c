@@ -48,12 +48,7 @@ int main(int argc, char **argv)
 {
     struct bench_opts o;
     struct lat_ctx c;
-    int nranks;
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    if (nranks < 2)
-        bench_die("bench_latency needs at least 2 ranks");
+    bench_init(&argc, &argv, &c.rank, "bench_latency needs at least 2 ranks");
     bench_parse(argc, argv, &o, 0);
     size_t maxsz = bench_max_size(&o);
     c.sbuf = bench_alloc(maxsz);

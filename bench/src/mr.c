@@ -44,12 +44,10 @@ int main(int argc, char **argv)
 {
     struct bench_opts o;
     struct mr_ctx c;
-    int nranks;
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &c.rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    if (nranks < 2 || nranks % 2)
-        bench_die("bench_mr needs an even number of ranks (pairs i <-> i + n/2)");
+    const char *pairs_only = "bench_mr needs an even number of ranks (pairs i <-> i + n/2)";
+    int nranks = bench_init(&argc, &argv, &c.rank, pairs_only);
+    if (nranks % 2)
+        bench_die(pairs_only);
     c.pairs = nranks / 2;
     bench_parse(argc, argv, &o, 1);
     size_t maxsz = bench_max_size(&o);
