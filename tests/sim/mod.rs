@@ -499,9 +499,9 @@ impl Sim {
             RxOutcome::Deliver {
                 peer, tag, payload, ..
             } => {
-                let from = n.node_of(peer);
-                if !self.unchecked && self.forged != Some(from) {
-                    Self::deliver(n, from, tag, &bytes[payload]);
+                if !self.unchecked {
+                    let from = n.node_of(peer);
+                    Self::deliver(n, self.forged, from, tag, &bytes[payload]);
                 }
             }
             RxOutcome::Write {
@@ -565,7 +565,12 @@ impl Sim {
         }
     }
 
-    fn deliver(n: &mut Node, from: usize, tag: u8, data: &[u8]) {
+    /// Checks a delivery from node `from` against `n`'s expectations, unless `from` is the
+    /// `forged` node, whose deliveries nobody expects.
+    fn deliver(n: &mut Node, forged: Option<usize>, from: usize, tag: u8, data: &[u8]) {
+        if forged == Some(from) {
+            return;
+        }
         let key = (from, tag, data.len(), fnv(data));
         match n.expect.get_mut(&key) {
             Some(c) if *c > 0 => *c -= 1,
@@ -605,9 +610,7 @@ impl Sim {
                     ..
                 } => {
                     let from = n.node_of(peer);
-                    if self.forged != Some(from) {
-                        Self::deliver(n, from, tag, data)
-                    }
+                    Self::deliver(n, self.forged, from, tag, data)
                 }
                 Event::DeliverPieces {
                     peer,
@@ -618,9 +621,7 @@ impl Sim {
                 } => {
                     let from = n.node_of(peer);
                     let data = Self::gather(n, len, pieces);
-                    if self.forged != Some(from) {
-                        Self::deliver(n, from, tag, &data)
-                    }
+                    Self::deliver(n, self.forged, from, tag, &data)
                 }
                 Event::Release { handles } => Self::release(n, handles),
                 Event::SendComplete { cookie, result, .. }
