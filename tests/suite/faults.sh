@@ -2,8 +2,8 @@
 # Faults between hosts: runs the mpi4py suite's point-to-point subset (and, with FAULT_PROGRAMS=1, the
 # project's MPI programs through tests/run-netns.sh) over 2 netns hosts, once clean and once per fault
 # (loss 1/5/20 %, reordering, delay jitter via netns-cluster.sh netem on both directions of h2; duplication,
-# and drops, duplicates and delays all at once, via the BTL's own fault injector), and prints a markdown table: fault, runtime, ratio vs clean,
-# pass/fail, retransmissions.  Every run has a hard timeout; exceeding it is a failure.
+# and drops, duplicates and delays all at once, via the BTL's own fault injector), and prints a markdown
+# table: fault, runtime, ratio vs clean, pass/fail, retransmissions.  Every run has a hard timeout; exceeding it is a failure.
 # Root only; when it cannot run it says why, prints `0 passed, 1 failed` and exits non-zero.
 #
 # Environment (see docs/suite.md):
