@@ -63,14 +63,20 @@ RAW_INFO = {}  # what the raw streaming test said about its datagram sizes, per 
 RAW_BIDIR_HOW = ["two threads, window 64 each, full datagrams"]  # how the both-ways stream ran
 
 
-def parse_raw_datagram(lines, section_wanted):
+def parse_raw_datagram(lines, section_wanted, pingpong=None):
     """Output of `cargo bench --bench raw_datagram` (branch fabric): device sections
     '== <label>: <dev> <ip> (interface MTU M, data datagram D B, priority P B)' with streaming rows
     'window 64 (D B)  <MB/s> <kdgram/s> <delivered>%'. Also accepts the documented contract lines
-    'raw_datagram dgram=D [size=S] MB/s=X'. Returns {size or -1: MB/s} for the wanted section."""
+    'raw_datagram dgram=D [size=S] MB/s=X'. Returns {size or -1: MB/s} for the wanted section; its
+    message ping-pong rows 'ping-pong, S B in K datagrams  <p50> <p99> <mean>' go into `pingpong` as
+    {S: mean one-way µs}."""
     out = {}
     section = None
     for line in lines:
+        m = re.match(r"ping-pong, (\d+) B in (\d+) datagrams?\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)", line)
+        if m and section == section_wanted and pingpong is not None:
+            pingpong[int(m.group(1))] = float(m.group(5))
+            continue
         m = re.match(r"== (.+?): (\S+) (\S+) \(interface MTU (\d+), data datagram (\d+) B, priority (\d+) B(?:, [^)]*)?\)", line)
         if m:
             section = m.group(1)
@@ -102,7 +108,19 @@ def parse_raw_datagram(lines, section_wanted):
 
 
 def parse_job(raw, job, meta):
-    """Returns {size: value} for one successful job, or {} when nothing parsable is in it."""
+    """Returns {bench: {size: value}} for one successful job (its own bench; the raw datagram test's
+    message ping-pong too, as bench raw_pingpong), or {} when nothing parsable is in it."""
+    if job["bench"] != "raw_datagram":
+        out = parse_job_bench(raw, job, meta)
+        return {job["bench"]: out} if out else {}
+    pp = {}
+    with open(os.path.join(raw, job["file"]), errors="replace") as f:
+        out = parse_raw_datagram(f.readlines(), meta.get("raw_stream_section", "BTL default device"), pp)
+    return {b: v for b, v in (("raw_datagram", out), ("raw_pingpong", pp)) if v}
+
+
+def parse_job_bench(raw, job, meta):
+    """Returns {size: value} of one successful job's own bench, or {} when nothing parsable is in it."""
     path = os.path.join(raw, job["file"])
     bench = job["bench"]
     out = {}
@@ -119,8 +137,6 @@ def parse_job(raw, job, meta):
                 except ValueError:
                     pass
         return out
-    if bench == "raw_datagram":
-        return parse_raw_datagram(lines, meta.get("raw_stream_section", "BTL default device"))
     if bench == "netpipe":
         npout = os.path.join(raw, os.path.dirname(job["file"]), "netpipe.np.out")
         if os.path.exists(npout):
@@ -187,8 +203,9 @@ class Run:
                 st["others"].append(float(j["others_cores"]))
             except ValueError:
                 pass
-            for size, v in vals.items():
-                self.by_rep.setdefault(key, {}).setdefault(size, {})[int(j["rep"])] = v
+            for bench, sized in vals.items():
+                for size, v in sized.items():
+                    self.by_rep.setdefault(key[:2] + (bench,), {}).setdefault(size, {})[int(j["rep"])] = v
         # (scen, cfg, bench) -> {size: [values]}: what medians, spreads and plots pool, in job order.
         self.values = {k: {s: list(r.values()) for s, r in d.items()} for k, d in self.by_rep.items()}
         # Why ratios to the raw floors cannot be paired in this run (None: they can).
@@ -249,6 +266,10 @@ class Run:
 
     def raw_stream_reps(self, batched=False):
         return self.reps("clean", raw_stream_job(batched), "raw_datagram")
+
+    def raw_pingpong_reps(self, batched=False):
+        """The raw test's message ping-pong (1 KiB-4 MiB): {size: {rep: one-way µs}}."""
+        return self.reps("clean", raw_stream_job(batched), "raw_pingpong")
 
 
 def raw_stream_job(batched):
@@ -366,6 +387,13 @@ def evaluate(run, cfg, target_id):
             return None, "%s: %s" % (peer, miss(peer, "latency"))
         sizes = SMALL if target_id == "lat_rxd" else sorted(set(lat(cfg)) | set(lat(peer)))
         return ratios(lat(cfg), lat(peer), sizes), None
+    if target_id in ("lat_raw_msg", "lat_raw_msg_batched"):
+        if miss(cfg, "latency"):
+            return None, miss(cfg, "latency")
+        pp = run.raw_pingpong_reps(target_id == "lat_raw_msg_batched")
+        if not pp:
+            return None, "raw message ping-pong: no results"
+        return ratios(lat(cfg), pp, sorted(pp), run.floor_unpaired), None
     if target_id in ("bw_raw", "bw_raw_batched"):
         if miss(cfg, "bw"):
             return None, miss(cfg, "bw")
@@ -440,6 +468,13 @@ def targets(run):
         ("mr_tcp", Target("8 B message rate vs btl tcp", 1.0, False, strict=True)),
         ("mr_rxd", Target("8 B message rate vs udp;ofi_rxd", 1.0, False, strict=True)),
     ]
+    if run.raw_pingpong_reps():
+        # Above one datagram fi_pingpong has no size to compare with: how much of the latency there the
+        # datagram path itself takes (runs before this measurement have no such rows).
+        after_tcp = [tid for tid, _ in t].index("lat_tcp") + 1
+        t[after_tcp:after_tcp] = [
+            ("lat_raw_msg", Target("latency 1 KiB–4 MiB vs the raw message ping-pong of the same size (datagrams only)", 1.0, True, report=True)),
+        ]
     if run.raw_stream_reps(True):
         # Across hosts the BTL sends runs of datagrams with one system call (btl_usnic_gso); the
         # raw stream sending the same way shows what that path allows (bench/raw-across-hosts.sh).
@@ -448,6 +483,11 @@ def targets(run):
             ("bw_raw_batched", Target("bandwidth 64 KiB–4 MiB vs raw streaming of the same message size, sends and reads batched as btl_usnic_gso and btl_usnic_gro do", 0.9, False, report=True)),
             ("bibw_cores_batched", Target("bidirectional / unidirectional, over the batched raw stream's both-ways / one-way ratio", 1.0, False, report=True)),
         ]
+        if run.raw_pingpong_reps(True) and run.raw_pingpong_reps():
+            after_msg = [tid for tid, _ in t].index("lat_raw_msg") + 1
+            t[after_msg:after_msg] = [
+                ("lat_raw_msg_batched", Target("latency 1 KiB–4 MiB vs the raw message ping-pong, sends and reads batched as btl_usnic_gso and btl_usnic_gro do", 1.0, True, report=True)),
+            ]
     for p in run.loss:
         thr = LOSS_THRESHOLDS.get(p)
         name = "bandwidth with %g %% loss / clean bandwidth (ratio of medians)" % p
@@ -652,16 +692,22 @@ def summary(run):
     L.append("## Latency, one-way µs (lower is better); ratios paired per repetition")
     L.append("")
     lat_sizes = sorted(set().union(*[set(run.series("clean", c, "latency")) for c in run.configs] + [set()]))
-    header = ["size"] + [c for c in run.configs] + ["raw floor"] + [
-        "%s/%s, paired" % (subj, p) for p in ("floor", "rxd", "tcp")]
+    # The raw message ping-pong (one by one, and batched where the run has that stream).
+    pps = [(b, run.raw_pingpong_reps(b)) for b in (False, True)]
+    pps = [(b, pp) for b, pp in pps if pp]
+    pp_names = {False: "raw message", True: "raw message, batched"}
+    header = ["size"] + [c for c in run.configs] + ["raw floor"] + [pp_names[b] for b, _ in pps] + [
+        "%s/%s, paired" % (subj, p) for p in ["floor"] + [pp_names[b] for b, _ in pps] + ["rxd", "tcp"]]
     rows = []
     notes = set()
     subj_lat = run.reps("clean", subj, "latency")
     for s in lat_sizes:
         r = lambda den, unpaired=None: ratio_cell(ratio_at(s, subj_lat.get(s), den.get(s), unpaired), notes)
+        pp_med = [fmt(statistics.median(pp[s].values())) if s in pp else "–" for _, pp in pps]
+        pp_ratio = [r(pp, run.floor_unpaired) if s in pp else "–" for _, pp in pps]
         rows.append([fmt_size(s)] + [med_cell(run, "clean", c, "latency", s) for c in run.configs] +
-                    [fmt(fl.get(s)), r(fl_reps, run.floor_unpaired) if s <= 64 else "–",
-                     r(run.reps("clean", "rxd", "latency")) if s <= 64 else "–", r(run.reps("clean", "tcp", "latency"))])
+                    [fmt(fl.get(s))] + pp_med + [r(fl_reps, run.floor_unpaired) if s <= 64 else "–"] + pp_ratio +
+                    [r(run.reps("clean", "rxd", "latency")) if s <= 64 else "–", r(run.reps("clean", "tcp", "latency"))])
     L.append(md_table(header, rows))
     L.append("")
     if notes:
@@ -670,6 +716,12 @@ def summary(run):
     if fl:
         L.append("Raw datagram floor, all sizes measured (fi_pingpong -p udp -e dgram, usec/xfer = one-way): " +
                  ", ".join("%s B %s µs" % (s, fmt(v)) for s, v in fl.items()))
+        L.append("")
+    if pps:
+        L.append("Raw message: the raw datagram test's ping-pong of a whole message cut into the BTL's datagrams "
+                 "(mean one-way µs, no reliability, no copy in user space; `benches/raw_datagram/message_pingpong.rs`)"
+                 + (", and the same with sends and reads batched as btl_usnic_gso and btl_usnic_gro do"
+                    if len(pps) > 1 else "") + ".")
         L.append("")
 
     for bench, title in (("bw", "Unidirectional bandwidth, MB/s (window 64; higher is better)"),

@@ -3,7 +3,8 @@
 //! threads of one process, each owning one `Module`. Run: `cargo bench --bench raw_datagram`.
 //!
 //! - ping-pong: one-way latency (half the round trip) for a tiny datagram on the priority and
-//!   data channels and a full-MTU one on the data channel, at the BTL's datagram sizes;
+//!   data channels and a full-MTU one on the data channel, at the BTL's datagram sizes; then
+//!   messages of 1 KiB to 4 MiB cut into the BTL's datagrams (`message_pingpong`);
 //! - streaming: full-MTU datagrams on the data channel with at most `WINDOW` in flight (the
 //!   receiver's count is shared through an atomic, standing in for credits), and a blast with
 //!   no flow control at all, which shows how much an unreliable sender loses.
@@ -21,6 +22,11 @@ use usnic_rs::fabric::{
     discover, now, parse_if_list, Completion, DeviceInfo, FabricConfig, Module, PeerAddr,
 };
 use usnic_rs::proto::Channel;
+
+// A crate root finds its modules beside it: this one is kept in its own directory so that
+// cargo does not take it for a bench of its own.
+#[path = "raw_datagram/message_pingpong.rs"]
+mod message_pingpong;
 
 const WARMUP: usize = 1_000;
 const WINDOW: u64 = 64;
@@ -152,6 +158,23 @@ fn pingpong(
     echo.join().expect("echo thread");
     samples.sort_unstable();
     samples
+}
+
+/// Prints the message ping-pong table between two threads, one echoing.
+fn message_pingpongs(dev: &DeviceInfo, cfg: &FabricConfig, mtu: usize, iters: usize) {
+    let (mut a, to_b, mut b, to_a) = pair(dev, cfg);
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let echo = thread::spawn(move || {
+        message_pingpong::echo(&mut b, &to_a, |_| s.load(Ordering::Acquire));
+    });
+    let rows = message_pingpong::initiate(&mut a, &to_b, mtu, iters);
+    stop.store(true, Ordering::Release);
+    echo.join().expect("echo thread");
+    println!("{}", message_pingpong::heading());
+    for r in rows {
+        println!("{}", r.line());
+    }
 }
 
 /// (datagrams delivered, bytes delivered, seconds) for `count` datagrams whose lengths cycle
@@ -394,6 +417,7 @@ fn bench_device(label: &str, dev: &DeviceInfo, cfg: &FabricConfig, iters: usize)
             dev.ipv4
         ),
     }
+    message_pingpongs(dev, cfg, data_mtu, iters);
     println!(
         "{:<34} {:>10} {:>10} {:>10}",
         "streaming, data channel", "MB/s", "kdgram/s", "delivered"
@@ -456,6 +480,8 @@ const CTL_HELLO: u32 = 3;
 const CTL_GO: u32 = 4;
 /// What the sender received in the two-way blast: datagrams, bytes, first and last (ns).
 const CTL_RESULT: u32 = 5;
+/// The phase of the END that closes the message ping-pong (the blasts' ENDs are told apart).
+const PINGPONG_PHASE: u32 = u32::MAX;
 
 fn ctl(kind: u32, phase: u32, tail: &[u8]) -> Vec<u8> {
     let mut b = Vec::with_capacity(12 + tail.len());
@@ -783,6 +809,13 @@ fn serve(addr_file: &str) {
         n as f64 / secs / 1e3,
         100.0 * n as f64 / (2 * STREAM_COUNT) as f64
     );
+    // Last, messages ping-ponged with the other host, which echoes them until END.
+    let rows = message_pingpong::initiate(&mut m, &to, data_mtu, bench_iters());
+    say(&mut m, &to, &ctl(CTL_END, PINGPONG_PHASE, &[]), &mut out);
+    println!("{}", message_pingpong::heading());
+    for r in rows {
+        println!("{}", r.line());
+    }
 }
 
 fn stream_to(addr_file: &str) {
@@ -844,6 +877,21 @@ fn stream_to(addr_file: &str) {
     let (got, _) = duplex_blast(&mut m, &to, data_mtu, STREAM_COUNT, false);
     let result = words(&[got.0, got.1, got.2, got.3]);
     say(&mut m, &to, &ctl(CTL_RESULT, 0, &result), &mut out);
+    message_pingpong::echo(&mut m, &to, |m| {
+        let mut end = false;
+        read_ctl(m, &mut out, |kind, phase, _| {
+            end |= kind == CTL_END && phase == PINGPONG_PHASE
+        });
+        end
+    });
+}
+
+/// Ping-pong rounds per row: `USNIC_BENCH_ITERS`, 10000 by default.
+fn bench_iters() -> usize {
+    std::env::var("USNIC_BENCH_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000)
 }
 
 fn main() {
@@ -861,10 +909,7 @@ fn main() {
     if let Some(f) = arg_after("--stream-to") {
         return stream_to(&f);
     }
-    let iters = std::env::var("USNIC_BENCH_ITERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000);
+    let iters = bench_iters();
     println!(
         "raw libfabric datagram floor (udp provider, no reliability), {iters} ping-pongs per row"
     );
