@@ -517,7 +517,7 @@ def cell(run, cfg, tid, tgt, notes, medians=False):
         return ("–" if medians else "n/a: " + (why if len(why) <= 90 else why[:87] + "...")), None
     key = (lambda r: r.of_medians) if medians else (lambda r: r.value)
     free = no_target(tid, tgt)
-    worst, met = judge(rs, 0.0 if free else tgt.threshold, tgt.le and not free, tgt.strict, key)
+    worst, met = judge(rs, 0.0 if free else tgt.threshold, tgt.le, tgt.strict, key)
     if worst is None:
         return "n/a: no common sizes", None
     text = "%.2f× @%s" % (key(worst), fmt_size(worst.size))
