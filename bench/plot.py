@@ -1,7 +1,7 @@
 """PNG plots of one run (imported by summarize.py): latency.png, bandwidth.png and, with loss runs, loss.png.
 
-Each line is the median over the repetitions with a min–max band; the raw datagram floor and the raw
-streaming test are drawn where the run has them.
+Each line is the median over the repetitions with a min–max band; the raw datagram floor, the raw
+message ping-pong and the raw streaming test are drawn where the run has them.
 """
 import os
 import statistics
@@ -54,6 +54,11 @@ def draw(run, out):
     if fl:
         ax.plot([s if s > 0 else 0.5 for s in fl], list(fl.values()), "k:", marker=".",
                 label="raw floor (fi_pingpong udp dgram)")
+    for batched, style, label in ((False, "k--", "raw message ping-pong"),
+                                  (True, "k-.", "raw message ping-pong, batched")):
+        pp = {s: statistics.median(r.values()) for s, r in run.raw_pingpong_reps(batched).items()}
+        if pp:
+            ax.plot(list(pp), list(pp.values()), style, marker=".", lw=1, label=label)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("message size (bytes; 0 B drawn at 0.5)")

@@ -32,6 +32,10 @@ const WARMUP_NS: u64 = 50_000_000;
 /// A round whose echo has not come back after this long is counted lost.
 const LOST_AFTER_NS: u64 = 200_000_000;
 
+/// Rounds lost one after another before a size is given up (the echo is gone, or the path
+/// drops every message this long): 4 s rather than hours of 200 ms waits.
+const GIVE_UP_AFTER_LOST: u32 = 20;
+
 fn tag(round: u32, count: u32) -> [u8; 8] {
     let mut t = [0; 8];
     t[..4].copy_from_slice(&round.to_le_bytes());
@@ -138,38 +142,48 @@ pub fn initiate(m: &mut Module, to: &PeerAddr, mtu: usize, iters: usize) -> Vec<
         }
         let n = rounds(msg, iters);
         let (mut samples, mut lost) = (Vec::with_capacity(n), 0);
-        let (warm_from, mut warm) = (now().0, 0);
+        let (warm_from, mut warm, mut lost_in_a_row) = (now().0, 0, 0);
         while samples.len() + lost < n {
             round += 1;
             let t0 = now().0;
             send_message(m, to, &lens, round);
             let mut back = 0;
-            let done = loop {
+            let back_at = loop {
                 let r = round;
                 let got = read(m, &mut out, &mut |rr, _, _| back += usize::from(rr == r));
+                let t = now().0;
                 if back == lens.len() {
-                    break true;
+                    break Some(t);
                 }
-                if now().0 - t0 > LOST_AFTER_NS {
-                    break false;
+                if t - t0 > LOST_AFTER_NS {
+                    break None;
                 }
                 if !got {
                     idle_wait();
                 }
             };
-            if warm < WARMUP_ROUNDS || now().0 - warm_from < WARMUP_NS {
+            lost_in_a_row = if back_at.is_some() {
+                0
+            } else {
+                lost_in_a_row + 1
+            };
+            if lost_in_a_row == GIVE_UP_AFTER_LOST {
+                samples.clear();
+                break;
+            }
+            if warm < WARMUP_ROUNDS || t0 - warm_from < WARMUP_NS {
                 warm += 1;
                 continue;
             }
-            if done {
-                samples.push((now().0 - t0) / 2);
-            } else {
-                lost += 1;
+            match back_at {
+                Some(t) => samples.push((t - t0) / 2),
+                None => lost += 1,
             }
         }
         samples.sort_unstable();
         if samples.is_empty() {
-            println!("ping-pong, {msg} B: every round lost");
+            // Not a row: the summary must not take a size the path did not carry for a floor.
+            println!("ping-pong, {msg} B: given up, {GIVE_UP_AFTER_LOST} rounds lost in a row");
             continue;
         }
         rows.push(Row {
