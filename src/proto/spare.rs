@@ -8,10 +8,14 @@
 //! Tiny messages (a PML header and a few bytes) come from a separate list of buffers of one
 //! size: malloc and free were 3 % of the instructions of an 8-byte ping-pong.
 
-/// Larger buffers are kept in the size-ordered pool from this size up.
-pub const SPARE_MIN: usize = 4096;
 /// Room of every buffer of the tiny list: more than the priority channel carries.
 pub const TINY_ROOM: usize = 1024;
+/// Larger buffers are kept in the size-ordered pool from this size up: everything the tiny
+/// list does not take. A send of 1-4 KiB hands its descriptor's buffer to the core, which gave
+/// it back here at the ACK; when the pool started at 4 KiB it was freed, and the next send's
+/// descriptor allocated and zeroed a new one (a `calloc`, a `memset` of its length and a `free`
+/// per message of a 2 KiB ping-pong).
+pub const SPARE_MIN: usize = TINY_ROOM + 1;
 /// At most this many tiny buffers are kept.
 const TINY_COUNT: usize = 64;
 /// At most this many buffers are kept ...
@@ -146,6 +150,19 @@ mod tests {
         let e = s.with_capacity(100_000);
         assert_eq!(e.as_ptr(), p);
         assert!(e.is_empty());
+    }
+
+    #[test]
+    fn a_buffer_of_a_few_kib_comes_back_as_it_went() {
+        let mut s = Spares::default();
+        let v = s.filled(2100);
+        let (p, cap) = (v.as_ptr(), v.capacity());
+        s.give(v);
+        // The pointer alone would not tell: malloc hands a just-freed block out again.
+        assert_eq!(s.bytes(), cap, "a 2 KiB send's buffer was not kept");
+        let w = s.filled(2100);
+        assert_eq!((w.as_ptr(), s.bytes()), (p, 0), "it was not reused");
+        assert_eq!(w.len(), 2100);
     }
 
     #[test]
