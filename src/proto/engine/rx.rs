@@ -127,7 +127,9 @@ impl Engine {
                     p.ack_owed = true;
                     p.ack_deadline = now + self.cfg.ack_delay;
                 }
-                if h.kind != Kind::PutRefuse {
+                // Checked here: nearly always empty, and the call was about 35 instructions of
+                // a chunk's 950.
+                if h.kind != Kind::PutRefuse && !p.held_puts.is_empty() {
                     self.release_held_puts(pid);
                 }
                 if new_hole || fills_gap {
@@ -307,9 +309,6 @@ impl Engine {
     /// Completes the held PUTs whose barrier the receive window has now passed.
     fn release_held_puts(&mut self, pid: u32) {
         let p = self.peers[pid as usize].as_mut().expect("live");
-        if p.held_puts.is_empty() {
-            return;
-        }
         let next = p.rw.next();
         let events = &mut self.events;
         p.held_puts.retain(|h| {
