@@ -127,8 +127,8 @@ impl Engine {
                     p.ack_owed = true;
                     p.ack_deadline = now + self.cfg.ack_delay;
                 }
-                // Checked here: nearly always empty, and the call was about 35 instructions of
-                // a chunk's 950.
+                // Checked here: there is nearly never a held PUT, and the call cost every new
+                // segment about 24 instructions (of a chunk's ~950 on both ranks together).
                 if h.kind != Kind::PutRefuse && !p.held_puts.is_empty() {
                     self.release_held_puts(pid);
                 }
