@@ -373,15 +373,7 @@ fn forged_beside_a_stream(seed: u64, rdma: bool) {
         s.inject(2, ch, &b);
         forged += 1;
     }
-    let done = |s: &Sim| {
-        [(1, 2), (2, 1)].iter().all(|&(i, other)| {
-            s.nodes[i].pending.is_empty()
-                && s.nodes[i]
-                    .expect
-                    .iter()
-                    .all(|(k, &c)| k.0 != other || c == 0)
-        })
-    };
+    let done = |s: &Sim| s.done_with(1, 2) && s.done_with(2, 1);
     assert!(
         s.run_until(3_000_000, s.now + 60_000_000_000, done),
         "seed {seed}: the operations between nodes 1 and 2 did not finish: {} of {sent} and {} \

@@ -381,6 +381,13 @@ impl Sim {
         })
     }
 
+    /// Whether node `i` has nothing pending and has received everything it expects from node
+    /// `other` (what it expects from a third node may still be on its way).
+    pub fn done_with(&self, i: usize, other: usize) -> bool {
+        let n = &self.nodes[i];
+        n.pending.is_empty() && n.expect.iter().all(|(k, &c)| k.0 != other || c == 0)
+    }
+
     /// Runs until `quiet()` (returns true) or a step/time bound is hit (returns false).
     pub fn run(&mut self, max_steps: u64, max_time: u64) -> bool {
         self.run_until(max_steps, max_time, Sim::quiet)
