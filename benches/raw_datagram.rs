@@ -171,10 +171,7 @@ fn message_pingpongs(dev: &DeviceInfo, cfg: &FabricConfig, mtu: usize, iters: us
     let rows = message_pingpong::initiate(&mut a, &to_b, mtu, iters);
     stop.store(true, Ordering::Release);
     echo.join().expect("echo thread");
-    println!("{}", message_pingpong::heading());
-    for r in rows {
-        println!("{}", r.line());
-    }
+    message_pingpong::print(&rows);
 }
 
 /// (datagrams delivered, bytes delivered, seconds) for `count` datagrams whose lengths cycle
@@ -812,10 +809,7 @@ fn serve(addr_file: &str) {
     // Last, messages ping-ponged with the other host, which echoes them until END.
     let rows = message_pingpong::initiate(&mut m, &to, data_mtu, bench_iters());
     say(&mut m, &to, &ctl(CTL_END, PINGPONG_PHASE, &[]), &mut out);
-    println!("{}", message_pingpong::heading());
-    for r in rows {
-        println!("{}", r.line());
-    }
+    message_pingpong::print(&rows);
 }
 
 fn stream_to(addr_file: &str) {

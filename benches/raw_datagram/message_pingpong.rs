@@ -98,9 +98,19 @@ pub struct Row {
     rounds: usize,
 }
 
+/// Prints the table: the heading, then a row per size (bench/summarize.py reads the mean).
+pub fn print(rows: &[Row]) {
+    println!(
+        "{:<34} {:>10} {:>10} {:>10}",
+        "message ping-pong, data channel", "p50 us", "p99 us", "mean us"
+    );
+    for r in rows {
+        println!("{}", r.line());
+    }
+}
+
 impl Row {
-    /// The row as the bench prints it (bench/summarize.py reads the mean).
-    pub fn line(&self) -> String {
+    fn line(&self) -> String {
         let lost = if self.lost > 0 {
             format!("   ({} of {} rounds lost)", self.lost, self.rounds)
         } else {
@@ -119,14 +129,6 @@ impl Row {
             self.mean
         )
     }
-}
-
-/// The table's heading row, in the columns of `Row::line`.
-pub fn heading() -> String {
-    format!(
-        "{:<34} {:>10} {:>10} {:>10}",
-        "message ping-pong, data channel", "p50 us", "p99 us", "mean us"
-    )
 }
 
 /// Ping-pongs each message size with the echo at `to` (datagrams of at most `mtu` bytes).
