@@ -113,6 +113,8 @@ pub(crate) struct ChannelRes {
     tx_state: Vec<TxState>,
     rx_state: Vec<RxState>,
     reposts: Vec<u32>,
+    /// The buffers offered to one read of runs (`read_runs`).
+    read_bufs: Vec<*mut u8>,
     /// How many returned buffers `flush_batch` waits for: each post is a provider call, and a
     /// few buffers off the queue for a while cost nothing while the rest stay posted.
     repost_batch: usize,
@@ -266,6 +268,7 @@ impl ChannelRes {
             tx_state: vec![TxState::Free; sizes.sd],
             rx_state: vec![RxState::Queued; sizes.rd],
             reposts: (0..sizes.rd as u32).collect(),
+            read_bufs: Vec::with_capacity(READ_BUFS),
             repost_batch: (sizes.rd / REPOST_BATCH_SHARE).clamp(1, REPOST_BATCH_MAX),
             entries: vec![sys::fi_cq_msg_entry::default(); CQ_BATCH],
         };
@@ -818,12 +821,12 @@ impl ChannelRes {
                 // SAFETY: one free buffer, as above; the slab outlives the call.
                 unsafe { gro.read_one(self.rx.at(self.reposts[at] as usize)) }
             } else {
-                let mut bufs = [std::ptr::null_mut(); READ_BUFS];
-                for (b, &i) in bufs.iter_mut().zip(&self.reposts[at..]) {
-                    *b = self.rx.at(i as usize);
-                }
+                // Kept between reads: a fresh array was zeroed on every poll.
+                let bufs = &mut self.read_bufs;
+                bufs.clear();
+                bufs.extend(self.reposts[at..].iter().map(|&i| self.rx.at(i as usize)));
                 // SAFETY: `k` free buffers, as above; the slab outlives the call.
-                unsafe { gro.read(&bufs[..k]) }
+                unsafe { gro.read(bufs) }
             };
             let layout = match read {
                 Ok(Some(l)) => l,
