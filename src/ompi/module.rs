@@ -731,15 +731,20 @@ impl ModuleCell {
                     // The PML copied what it needed during its callback.
                     self.state.borrow_mut().engine.recycle(data);
                 }
-                Upcall::DeliverPieces { pieces, len, tag } => {
+                Upcall::DeliverPieces {
+                    mut pieces,
+                    len,
+                    tag,
+                } => {
                     self.deliver_pieces(tag, &pieces, len);
                     let mut st = self.state.borrow_mut();
-                    for p in pieces {
+                    for p in pieces.drain(..) {
                         match p {
                             Piece::Held { handle, .. } => reposts.push(held_buffer(handle)),
                             Piece::Owned(v) => st.engine.recycle(v),
                         }
                     }
+                    st.engine.recycle_pieces(pieces);
                 }
                 Upcall::SendDone { frag, status } => self.complete_send(frag, status),
                 Upcall::PeerFailed { endpoint } => self.peer_failed(endpoint),

@@ -111,7 +111,7 @@ impl Reassembler {
                         // overlap; like any forged in-window segment (docs/robustness.md) that
                         // takes an authenticated wire to stop.
                         store: if keep {
-                            Store::Pieces(Vec::with_capacity(pieces))
+                            Store::Pieces(spares.piece_list())
                         } else {
                             Store::Copied(spares.filled(total as usize))
                         },
@@ -150,13 +150,15 @@ impl Reassembler {
         let (_, r) = self.last.take().expect("this chunk's fragment");
         let whole = match r.store {
             Store::Copied(buf) => Whole::Copied(r.tag, buf),
-            Store::Pieces(mut pieces) => {
-                pieces.sort_unstable_by_key(|p| p.0);
-                let n = pieces
+            Store::Pieces(mut by_offset) => {
+                by_offset.sort_unstable_by_key(|p| p.0);
+                let n = by_offset
                     .iter()
                     .filter(|p| matches!(p.1, Piece::Held { .. }))
                     .count() as u32;
-                let pieces = pieces.into_iter().map(|p| p.1).collect();
+                let mut pieces = spares.pieces();
+                pieces.extend(by_offset.drain(..).map(|p| p.1));
+                spares.give_piece_list(by_offset);
                 Whole::Pieces(r.tag, r.total as usize, pieces, n)
             }
         };
@@ -229,6 +231,30 @@ mod tests {
                 assert_eq!(pieces.iter().map(Piece::len).sum::<usize>(), 1000);
             }
             w => panic!("{w:?}"),
+        }
+    }
+
+    #[test]
+    fn piece_lists_are_reused_from_fragment_to_fragment() {
+        let mut r = Reassembler::keyed(0);
+        let mut spares = Spares::default();
+        let cs = chunks(1000, 300);
+        for id in 0..3 {
+            let mut whole = None;
+            for (k, (off, d)) in cs.iter().enumerate() {
+                let hold = Some((k as u64, 0..d.len()));
+                let (_, w) = r.add(id, 1, 1000, *off, d, hold, 100, &mut spares).unwrap();
+                whole = w;
+            }
+            // The list by offset came back when the fragment completed; the list in order
+            // went out with it (taken from the pool after the first fragment).
+            assert_eq!(spares.lists_kept(), (1, 0), "fragment {id}");
+            let Some(Whole::Pieces(_, 1000, mut pieces, 4)) = whole else {
+                panic!("fragment {id} did not come out in pieces");
+            };
+            pieces.clear();
+            spares.give_pieces(pieces);
+            assert_eq!(spares.lists_kept(), (1, 1));
         }
     }
 

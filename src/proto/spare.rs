@@ -7,6 +7,13 @@
 //!
 //! Tiny messages (a PML header and a few bytes) come from a separate list of buffers of one
 //! size: malloc and free were 3 % of the instructions of an 8-byte ping-pong.
+//!
+//! The lists that carry a kept fragment's pieces (`chunk::Reassembler`, then the edge) come
+//! back too: allocating, shrinking and freeing them cost about 300 instructions per fragment
+//! of 2-16 datagrams.
+
+use super::api::Piece;
+use super::chunk::MAX_PIECES;
 
 /// Room of every buffer of the tiny list: more than the priority channel carries.
 pub const TINY_ROOM: usize = 1024;
@@ -22,6 +29,10 @@ const TINY_COUNT: usize = 64;
 const MAX_COUNT: usize = 64;
 /// ... holding at most this many bytes of capacity together.
 const MAX_BYTES: usize = 64 << 20;
+/// Room of a new piece list: the most pieces a kept fragment has.
+const LIST_ROOM: usize = MAX_PIECES;
+/// At most this many piece lists of each kind are kept.
+const LIST_COUNT: usize = 16;
 
 #[derive(Debug, Default)]
 pub struct Spares {
@@ -29,6 +40,37 @@ pub struct Spares {
     bytes: usize,
     /// Empty buffers of capacity exactly `TINY_ROOM`.
     tiny: Vec<Vec<u8>>,
+    /// A kept fragment's pieces by offset, while it is reassembled.
+    by_offset: Lists<(u32, Piece)>,
+    /// A whole fragment's pieces in order, on their way to the edge and back.
+    in_order: Lists<Piece>,
+}
+
+/// Empty lists of one kind, each with room for `LIST_ROOM` elements.
+#[derive(Debug)]
+struct Lists<T>(Vec<Vec<T>>);
+
+impl<T> Default for Lists<T> {
+    fn default() -> Self {
+        Lists(Vec::new())
+    }
+}
+
+impl<T> Lists<T> {
+    fn take(&mut self) -> Vec<T> {
+        self.0
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(LIST_ROOM))
+    }
+
+    /// Keeps `v` emptied, unless the pool is full or `v` grew far beyond a fragment's pieces
+    /// (a peer sending many short chunks): that one is not worth its memory.
+    fn keep(&mut self, mut v: Vec<T>) {
+        if self.0.len() < LIST_COUNT && (LIST_ROOM..=4 * LIST_ROOM).contains(&v.capacity()) {
+            v.clear();
+            self.0.push(v);
+        }
+    }
 }
 
 impl Spares {
@@ -97,6 +139,32 @@ impl Spares {
         }
         self.bytes += cap;
         self.bufs.push(v);
+    }
+
+    /// An empty list for a kept fragment's pieces by offset.
+    pub fn piece_list(&mut self) -> Vec<(u32, Piece)> {
+        self.by_offset.take()
+    }
+
+    pub fn give_piece_list(&mut self, v: Vec<(u32, Piece)>) {
+        self.by_offset.keep(v);
+    }
+
+    /// An empty list for a whole fragment's pieces in order.
+    pub fn pieces(&mut self) -> Vec<Piece> {
+        self.in_order.take()
+    }
+
+    /// Takes back a list of pieces the edge has delivered. Pieces still in it are dropped:
+    /// the edge takes out what it must give back (held buffers, owned bytes) first.
+    pub fn give_pieces(&mut self, v: Vec<Piece>) {
+        self.in_order.keep(v);
+    }
+
+    /// Piece lists kept: by offset, in order.
+    #[cfg(test)]
+    pub fn lists_kept(&self) -> (usize, usize) {
+        (self.by_offset.0.len(), self.in_order.0.len())
     }
 
     /// Bytes of capacity held.
@@ -236,6 +304,32 @@ mod tests {
         assert_eq!(s.tiny.len(), TINY_COUNT, "the tiny list is bounded");
         let grown = s.with_capacity(TINY_ROOM + 1);
         assert!(grown.capacity() > TINY_ROOM);
+    }
+
+    #[test]
+    fn piece_lists_come_back_empty_and_bounded() {
+        let mut s = Spares::default();
+        let mut v = s.pieces();
+        assert_eq!(v.capacity(), LIST_ROOM);
+        let p = v.as_ptr();
+        v.push(Piece::Owned(vec![1, 2, 3]));
+        s.give_pieces(v);
+        let w = s.pieces();
+        assert_eq!(w.as_ptr(), p, "the list was not reused");
+        assert!(w.is_empty(), "a reused list is empty");
+        let mut l = s.piece_list();
+        l.push((0, Piece::Owned(vec![4])));
+        s.give_piece_list(l);
+        assert_eq!(s.by_offset.0.len(), 1);
+        assert!(s.piece_list().is_empty());
+        for _ in 0..LIST_COUNT + 3 {
+            s.give_pieces(Vec::with_capacity(LIST_ROOM));
+        }
+        assert_eq!(s.in_order.0.len(), LIST_COUNT, "the lists are bounded");
+        let mut t = Spares::default();
+        t.give_pieces(Vec::with_capacity(1));
+        t.give_pieces(Vec::with_capacity(100 * LIST_ROOM));
+        assert!(t.in_order.0.is_empty(), "lists of odd sizes are not kept");
     }
 
     #[test]

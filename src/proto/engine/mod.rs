@@ -117,6 +117,11 @@ impl Engine {
         self.spares.give(buf);
     }
 
+    /// Gives back the list of an `Event::DeliverPieces` once the edge has taken its pieces out.
+    pub fn recycle_pieces(&mut self, pieces: Vec<Piece>) {
+        self.spares.give_pieces(pieces);
+    }
+
     /// Largest payload of a single-datagram fragment on the data channel.
     pub fn max_frag_payload(&self) -> usize {
         self.cfg.data_mtu - super::wire::BASE_LEN
