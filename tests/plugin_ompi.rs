@@ -684,7 +684,7 @@ fn invalid_parameters_show_help() {
              Problem:     {problem}"
         )
     };
-    let cases: [(&[&str], String); 3] = [
+    let cases: [(&[&str], String); 4] = [
         (
             &["--mca", "btl_usnic_sd_num", "-7"],
             param("sd_num", "-7", "must be -1 for automatic, or >= 16"),
@@ -708,6 +708,18 @@ fn invalid_parameters_show_help() {
         (
             &["--mca", "btl_usnic_window", "5000"],
             param("window", "5000", "must be 1..4096"),
+        ),
+        // Two parameters that contradict each other: named in the user's terms, not the
+        // protocol core's.
+        (
+            &["--mca", "btl_usnic_ack_delay", "1000"],
+            param(
+                "ack_delay",
+                "1000",
+                "must be below the retransmit timeout's floor, here 500 us (btl_usnic_rto_min, \
+                 0 = 500, at most btl_usnic_retrans_timeout): every delayed ACK would look like \
+                 a loss",
+            ),
         ),
     ];
     for (args, want) in cases {

@@ -324,7 +324,7 @@ impl Settings {
                 "must be 0..65535",
             ));
         }
-        Ok(Settings {
+        let settings = Settings {
             max_btls: at_least("max_btls", p.max_btls, 0)? as usize,
             if_include,
             if_exclude,
@@ -358,7 +358,8 @@ impl Settings {
             connectivity_retries: cc_retries as u32,
             provider,
             ack_delay_us: at_least("ack_delay", p.ack_delay, 0)? as u64,
-            peer_timeout_ms: at_least("peer_timeout", p.peer_timeout, 100)? as u64,
+            // The core's longest retransmit timeout by default (`check_timeouts`).
+            peer_timeout_ms: at_least("peer_timeout", p.peer_timeout, 200)? as u64,
             same_node: p.same_node,
             mtu,
             window: window as u16,
@@ -381,7 +382,40 @@ impl Settings {
             gso: p.gso,
             gro: p.gro,
             faults: fault_config(p)?,
-        })
+        };
+        settings.check_timeouts()?;
+        Ok(settings)
+    }
+
+    /// Limits between the timing parameters. The protocol core refuses such a configuration
+    /// too, but in its own terms (nanoseconds, field names); here the message names the
+    /// parameters the user set, in their units.
+    fn check_timeouts(&self) -> Result<(), ParamError> {
+        let c = self.engine_config(0, 0);
+        if c.ack_delay >= c.rto_min {
+            return Err(ParamError::invalid(
+                "ack_delay",
+                self.ack_delay_us,
+                format!(
+                    "must be below the retransmit timeout's floor, here {} us \
+                     (btl_usnic_rto_min, 0 = 500, at most btl_usnic_retrans_timeout): \
+                     every delayed ACK would look like a loss",
+                    c.rto_min.0 / 1_000
+                ),
+            ));
+        }
+        if c.peer_timeout < c.rto_max {
+            return Err(ParamError::invalid(
+                "peer_timeout",
+                self.peer_timeout_ms,
+                format!(
+                    "must be at least the longest retransmit timeout, here {} ms \
+                     (200, or btl_usnic_retrans_timeout if longer)",
+                    c.rto_max.0 / 1_000_000
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// Contiguous data shorter than this is copied when the PML prepares it, so its send
@@ -500,6 +534,37 @@ pub(crate) mod tests {
         assert_eq!(c.lent_hold, Config::default().lent_hold);
         assert_eq!(c.lent_copy_below, 65536);
         assert_eq!(c.lent_copy_below, Config::default().lent_copy_below);
+    }
+
+    #[test]
+    fn timing_parameters_that_contradict_each_other_are_named() {
+        let mut p = param_defaults();
+        p.ack_delay = 1000;
+        let e = Settings::from_params(&p).unwrap_err().to_string();
+        assert!(
+            e.starts_with("btl_usnic_ack_delay=1000 is invalid") && e.contains("here 500 us"),
+            "{e}"
+        );
+        p.rto_min = 2000;
+        assert!(
+            Settings::from_params(&p).is_ok(),
+            "a higher floor admits it"
+        );
+        p.retrans_timeout = 800;
+        let e = Settings::from_params(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("here 800 us"),
+            "the floor is capped by the initial timeout: {e}"
+        );
+        let mut p = param_defaults();
+        p.peer_timeout = 200;
+        assert!(Settings::from_params(&p).is_ok());
+        p.retrans_timeout = 300_000;
+        let e = Settings::from_params(&p).unwrap_err().to_string();
+        assert!(
+            e.starts_with("btl_usnic_peer_timeout=200 is invalid") && e.contains("here 300 ms"),
+            "{e}"
+        );
     }
 
     #[test]
