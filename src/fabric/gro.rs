@@ -162,7 +162,8 @@ impl Gro {
     /// writes during the call, and no two may overlap.
     pub(crate) unsafe fn read(&mut self, bufs: &[*mut u8]) -> Result<Option<Layout>, i32> {
         // Left uninitialized but for the `n` the kernel reads: zeroing all 64 on every read of a
-        // polled channel was about 100 instructions per datagram of a ping-pong.
+        // polled channel (with the caller's 64 pointers, 1.5 KiB) was about 280 instructions
+        // per message of a 2 KiB ping-pong.
         let mut iovs = [MaybeUninit::<libc::iovec>::uninit(); READ_BUFS];
         let n = bufs.len().min(READ_BUFS);
         for (iov, &b) in iovs.iter_mut().zip(&bufs[..n]) {
@@ -181,9 +182,10 @@ impl Gro {
         msg.msg_control = control.as_mut_ptr().cast();
         msg.msg_controllen = std::mem::size_of_val(&control);
         // SAFETY: the first `n` iovecs, the only ones the kernel reads, are initialized and
-        // name `n` disjoint writable buffers of `seg` bytes (the caller's contract), the control buffer lives until the call returns; fd is the provider's
-        // socket, which outlives the endpoint that owns this reader. MSG_TRUNC: the run's
-        // whole length comes back, also where it did not fit.
+        // name `n` disjoint writable buffers of `seg` bytes (the caller's contract); the
+        // control buffer lives until the call returns; fd is the provider's socket, which
+        // outlives the endpoint that owns this reader. MSG_TRUNC: the run's whole length comes
+        // back, also where it did not fit.
         let r = unsafe { libc::recvmsg(self.fd, &mut msg, libc::MSG_DONTWAIT | libc::MSG_TRUNC) };
         let Some(len) = read_len(r)? else {
             return Ok(None);

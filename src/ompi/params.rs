@@ -391,6 +391,7 @@ impl Settings {
     /// too, but in its own terms (nanoseconds, field names); here the message names the
     /// parameters the user set, in their units.
     fn check_timeouts(&self) -> Result<(), ParamError> {
+        // The timing fields as the core will get them (the MTUs play no part here).
         let c = self.engine_config(0, 0);
         if c.ack_delay >= c.rto_min {
             return Err(ParamError::invalid(
