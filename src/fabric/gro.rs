@@ -17,6 +17,7 @@
 //! but without the provider's lock pair, progress pass and completion, also in every poll
 //! that finds nothing.
 use super::error::last_errno;
+use super::socket;
 use super::sys;
 use std::mem::MaybeUninit;
 use std::os::fd::RawFd;
@@ -143,7 +144,7 @@ impl Gro {
         // provider's socket, which outlives the endpoint that owns this reader. MSG_TRUNC:
         // the datagram's whole length comes back, also where it did not fit.
         let r = unsafe {
-            libc::recv(
+            socket::recv(
                 self.fd,
                 buf.cast(),
                 self.seg,
@@ -186,7 +187,7 @@ impl Gro {
         // control buffer lives until the call returns; fd is the provider's socket, which
         // outlives the endpoint that owns this reader. MSG_TRUNC: the run's whole length comes
         // back, also where it did not fit.
-        let r = unsafe { libc::recvmsg(self.fd, &mut msg, libc::MSG_DONTWAIT | libc::MSG_TRUNC) };
+        let r = unsafe { socket::recvmsg(self.fd, &mut msg, libc::MSG_DONTWAIT | libc::MSG_TRUNC) };
         let Some(len) = read_len(r)? else {
             return Ok(None);
         };

@@ -13,6 +13,7 @@
 //! libfabric offers no such call, so the batch goes out on the `udp` provider's own socket
 //! (found by its bound address, as in `sockbuf.rs`): the peer sees the usual source address.
 use super::error::last_errno;
+use super::socket;
 use super::sys;
 use std::os::fd::RawFd;
 
@@ -311,7 +312,7 @@ fn send(fd: RawFd, bytes: &[u8], seg: Option<usize>, to: Dest) -> Result<(), i32
     // SAFETY: msg describes a valid address, one iovec over `bytes` (only read) and, if set,
     // a control buffer that lives until the call returns; fd is the provider's socket, which
     // outlives the endpoint that owns this batch.
-    let r = unsafe { libc::sendmsg(fd, &msg, 0) };
+    let r = unsafe { socket::sendmsg(fd, &msg, 0) };
     if r < 0 {
         return Err(last_errno());
     }

@@ -107,6 +107,7 @@ mod iflist;
 mod info;
 mod module;
 mod sockbuf;
+mod socket;
 mod sys;
 
 pub use clock::now;
