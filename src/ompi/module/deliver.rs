@@ -1,0 +1,100 @@
+//! Received fragments handed to the PML's active-message callbacks, with descriptors built on
+//! the stack over the bytes where they lie.
+use crate::ompi::log;
+use crate::ompi::sys;
+use crate::proto::Piece;
+
+use super::receive::held_buffer;
+use super::{ModuleCell, ModuleState};
+
+impl ModuleCell {
+    /// One descriptor whose segments are the pieces where they lie; more pieces than a
+    /// descriptor carries are copied into one buffer first.
+    pub(super) fn deliver_pieces(&self, tag: u8, pieces: &[Piece], len: usize) {
+        const MAX: usize = sys::MCA_BTL_DES_MAX_SEGMENTS as usize;
+        if pieces.len() <= MAX {
+            // On the stack: this runs for every fragment of more than one datagram.
+            let mut segs = [(core::ptr::null_mut(), 0); MAX];
+            {
+                let st = self.state.borrow();
+                for (s, p) in segs.iter_mut().zip(pieces) {
+                    *s = piece_bytes(&st, p);
+                }
+            }
+            deliver_segments(self.btl.get(), tag, &segs[..pieces.len()]);
+            return;
+        }
+        let mut whole = self.state.borrow_mut().engine.spare_buffer(len);
+        {
+            let st = self.state.borrow();
+            for p in pieces {
+                let (ptr, n) = piece_bytes(&st, p);
+                // SAFETY: `n` received bytes in a buffer the core kept (not reposted until
+                // after this delivery) or an owned piece alive in `pieces`.
+                whole.extend_from_slice(unsafe { core::slice::from_raw_parts(ptr, n) });
+            }
+        }
+        deliver(self.btl.get(), tag, whole.as_mut_ptr(), whole.len());
+        self.state.borrow_mut().engine.recycle(whole);
+    }
+}
+
+/// Where a piece of a delivered fragment lies, and its length.
+fn piece_bytes(st: &ModuleState, p: &Piece) -> (*mut u8, usize) {
+    match p {
+        Piece::Held { handle, range } => {
+            let (ch, buf) = held_buffer(*handle);
+            (
+                st.fabric.rx_ptr(ch, buf).wrapping_add(range.start),
+                range.len(),
+            )
+        }
+        Piece::Owned(v) => (v.as_ptr() as *mut u8, v.len()),
+    }
+}
+
+/// Hand `len` bytes at `data` to the active-message callback of `tag`, with a descriptor that
+/// lives on this stack frame (the PML may only read it during the callback).
+pub(super) fn deliver(btl: *mut sys::mca_btl_base_module_t, tag: u8, data: *mut u8, len: usize) {
+    // SAFETY: plain C struct; zero is its valid initial state.
+    let mut seg: sys::mca_btl_base_segment_t = unsafe { core::mem::zeroed() };
+    seg.seg_addr.pval = data.cast();
+    seg.seg_len = len as u64;
+    deliver_descriptor(btl, tag, core::slice::from_mut(&mut seg));
+}
+
+/// Hand the PML one received fragment made of `segs` (at most `MCA_BTL_DES_MAX_SEGMENTS`,
+/// the first holding the PML's header), each readable for its length.
+fn deliver_segments(btl: *mut sys::mca_btl_base_module_t, tag: u8, segs: &[(*mut u8, usize)]) {
+    const MAX: usize = sys::MCA_BTL_DES_MAX_SEGMENTS as usize;
+    // SAFETY: plain C structs; zero is their valid initial state.
+    let mut segments: [sys::mca_btl_base_segment_t; MAX] = unsafe { core::mem::zeroed() };
+    for (s, &(data, len)) in segments.iter_mut().zip(segs) {
+        s.seg_addr.pval = data.cast();
+        s.seg_len = len as u64;
+    }
+    deliver_descriptor(btl, tag, &mut segments[..segs.len().min(MAX)]);
+}
+
+/// The PML's callback for `tag` with a descriptor of `segments`; a single-datagram fragment
+/// builds one segment only (the receive path of every small message).
+fn deliver_descriptor(
+    btl: *mut sys::mca_btl_base_module_t,
+    tag: u8,
+    segments: &mut [sys::mca_btl_base_segment_t],
+) {
+    // SAFETY: plain C struct; zero is its valid initial state.
+    let mut des: sys::mca_btl_base_descriptor_t = unsafe { core::mem::zeroed() };
+    des.des_segments = segments.as_mut_ptr();
+    des.des_segment_count = segments.len();
+    des.order = sys::MCA_BTL_NO_ORDER as u8;
+    // SAFETY: the descriptor and segments outlive the call; each segment's bytes are readable
+    // (received datagrams not yet reposted, or owned buffers alive in the caller).
+    let rc = unsafe { sys::usnic_shim_am_deliver(btl, tag, &mut des) };
+    if rc != 0 {
+        let len: u64 = segments.iter().map(|s| s.seg_len).sum();
+        log::error(&format!(
+            "dropped a {len}-byte fragment with tag {tag:#x}: no PML callback registered for it"
+        ));
+    }
+}

@@ -1,0 +1,81 @@
+//! The passes that drive a module: a progress call (completions in, datagrams out, upcalls
+//! run) and the ACK helper's pass (which keeps every upcall for the next progress call).
+use crate::ompi::log;
+use crate::proto::Instant;
+
+use super::{ModuleCell, Upcall};
+
+/// A module without peers is polled on every this many progress calls only (each poll of the
+/// udp provider costs a recvmsg per channel).
+const IDLE_POLL_EVERY: u32 = 64;
+
+impl ModuleCell {
+    /// One progress pass: completions in, upcalls out, datagrams out. Returns how many
+    /// completions were handled.
+    pub fn progress(&self, now: Instant) -> usize {
+        let mut batch = self.batch.take();
+        let n = {
+            let mut st = self.state.borrow_mut();
+            if st.finalized {
+                self.batch.set(batch);
+                return 0;
+            }
+            if st.npeers == 0 && st.deferred.is_empty() {
+                st.idle_skips += 1;
+                if st.idle_skips < IDLE_POLL_EVERY {
+                    self.batch.set(batch);
+                    return 0;
+                }
+                st.idle_skips = 0;
+            }
+            if !st.deferred.is_empty() {
+                batch.append(&mut st.deferred);
+            }
+            let n = st.collect(now, &mut batch);
+            st.transmit(now);
+            if let Err(e) = st.fabric.flush_reposts() {
+                log::error(&format!("reposting receive buffers failed: {e}"));
+            }
+            n
+        };
+        if !batch.is_empty() {
+            self.dispatch(&mut batch);
+        }
+        self.batch.set(batch);
+        n
+    }
+
+    /// The ACK helper's pass: feed the core what arrived (so it acknowledges), transmit, and
+    /// keep every upcall for the next progress call. In-place deliveries are copied out so the
+    /// receive buffers go back to the fabric at once.
+    pub fn service_in_background(&self, now: Instant) {
+        let mut st = self.state.borrow_mut();
+        if st.finalized || st.npeers == 0 {
+            return;
+        }
+        let mut ups = Vec::new();
+        st.collect(now, &mut ups);
+        for up in ups {
+            match up {
+                Upcall::DeliverInPlace {
+                    ch,
+                    buf,
+                    data,
+                    len,
+                    tag,
+                } => {
+                    // SAFETY: `data` points at `len` received bytes of buffer `buf`, which is
+                    // not reposted yet (it is reposted right after this copy).
+                    let v = unsafe { core::slice::from_raw_parts(data, len) }.to_vec();
+                    st.fabric.repost(ch, buf);
+                    st.deferred.push(Upcall::DeliverOwned { data: v, tag });
+                }
+                other => st.deferred.push(other),
+            }
+        }
+        st.transmit(now);
+        if let Err(e) = st.fabric.flush_reposts() {
+            log::error(&format!("reposting receive buffers failed: {e}"));
+        }
+    }
+}
