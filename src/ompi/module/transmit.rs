@@ -144,9 +144,15 @@ impl ModuleState {
             // Kept for retry as a plain datagram: the body is valid only until the core
             // changes, so it is copied behind the header now.
             let whole = len + pieces[0].len() + pieces[1].len();
-            if let Ok(bytes) = self.fabric.tx_bytes(ch, buf) {
-                bytes[len..len + pieces[0].len()].copy_from_slice(pieces[0]);
-                bytes[len + pieces[0].len()..whole].copy_from_slice(pieces[1]);
+            match self.fabric.tx_bytes(ch, buf) {
+                Ok(bytes) => {
+                    bytes[len..len + pieces[0].len()].copy_from_slice(pieces[0]);
+                    bytes[len + pieces[0].len()..whole].copy_from_slice(pieces[1]);
+                }
+                // Not reached (the post has just found the buffer lent), but a datagram whose
+                // body is not behind its header must never be queued: it would go out with
+                // stale bytes. Lost instead, which retransmission repairs.
+                Err(e) => return self.sent(ch, buf, len, peer, Err(e)),
             }
             return self.sent(ch, buf, whole, peer, r);
         }
