@@ -7,11 +7,13 @@ use crate::proto::Piece;
 use super::receive::held_buffer;
 use super::{ModuleCell, ModuleState};
 
+/// Segments one descriptor carries.
+const MAX: usize = sys::MCA_BTL_DES_MAX_SEGMENTS as usize;
+
 impl ModuleCell {
     /// One descriptor whose segments are the pieces where they lie; more pieces than a
     /// descriptor carries are copied into one buffer first.
     pub(super) fn deliver_pieces(&self, tag: u8, pieces: &[Piece], len: usize) {
-        const MAX: usize = sys::MCA_BTL_DES_MAX_SEGMENTS as usize;
         if pieces.len() <= MAX {
             // On the stack: this runs for every fragment of more than one datagram.
             let mut segs = [(core::ptr::null_mut(), 0); MAX];
@@ -66,7 +68,6 @@ pub(super) fn deliver(btl: *mut sys::mca_btl_base_module_t, tag: u8, data: *mut 
 /// Hand the PML one received fragment made of `segs` (at most `MCA_BTL_DES_MAX_SEGMENTS`,
 /// the first holding the PML's header), each readable for its length.
 fn deliver_segments(btl: *mut sys::mca_btl_base_module_t, tag: u8, segs: &[(*mut u8, usize)]) {
-    const MAX: usize = sys::MCA_BTL_DES_MAX_SEGMENTS as usize;
     // SAFETY: plain C structs; zero is their valid initial state.
     let mut segments: [sys::mca_btl_base_segment_t; MAX] = unsafe { core::mem::zeroed() };
     for (s, &(data, len)) in segments.iter_mut().zip(segs) {

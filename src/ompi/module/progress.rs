@@ -1,6 +1,5 @@
 //! The passes that drive a module: a progress call (completions in, datagrams out, upcalls
 //! run) and the ACK helper's pass (which keeps every upcall for the next progress call).
-use crate::ompi::log;
 use crate::proto::Instant;
 
 use super::{ModuleCell, Upcall};
@@ -33,9 +32,7 @@ impl ModuleCell {
             }
             let n = st.collect(now, &mut batch);
             st.transmit(now);
-            if let Err(e) = st.fabric.flush_reposts() {
-                log::error(&format!("reposting receive buffers failed: {e}"));
-            }
+            st.flush_reposts();
             n
         };
         if !batch.is_empty() {
@@ -74,8 +71,6 @@ impl ModuleCell {
             }
         }
         st.transmit(now);
-        if let Err(e) = st.fabric.flush_reposts() {
-            log::error(&format!("reposting receive buffers failed: {e}"));
-        }
+        st.flush_reposts();
     }
 }

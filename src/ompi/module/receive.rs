@@ -205,6 +205,12 @@ impl ModuleState {
         for &(ch, buf) in bufs {
             self.fabric.repost(ch, buf);
         }
+        self.flush_reposts();
+    }
+
+    /// Post the receive buffers given back so far. A failure is logged and the buffers stay
+    /// queued for the next pass.
+    pub(super) fn flush_reposts(&mut self) {
         if let Err(e) = self.fabric.flush_reposts() {
             log::error(&format!("reposting receive buffers failed: {e}"));
         }

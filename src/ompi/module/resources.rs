@@ -5,7 +5,7 @@ use crate::ompi::frag::Frag;
 use crate::ompi::log;
 use crate::proto::PeerId;
 
-use super::ModuleState;
+use super::{ModuleState, PeerSlot};
 
 impl ModuleState {
     /// A descriptor from the pool whose buffer, if it must grow, is a spare of the core.
@@ -47,10 +47,14 @@ impl ModuleState {
     }
 
     pub fn endpoint_of(&self, peer: PeerId) -> *mut Endpoint {
-        self.peers
-            .get(peer.0 as usize)
-            .and_then(|s| s.as_ref())
+        self.slot(peer)
             .map_or(core::ptr::null_mut(), |s| s.endpoint)
+    }
+
+    /// The slot of `peer`; None once the peer was removed (the core may still name it in
+    /// what it queued before).
+    pub(super) fn slot(&self, peer: PeerId) -> Option<&PeerSlot> {
+        self.peers.get(peer.0 as usize).and_then(|s| s.as_ref())
     }
 
     /// Memory peers may no longer touch. GET replies still reading it are given a copy

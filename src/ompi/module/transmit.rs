@@ -94,8 +94,8 @@ impl ModuleState {
                 break;
             };
             // A peer removed since the core queued the datagram: dropped.
-            if let Some(addr) = self.peers.get(t.peer.0 as usize).and_then(|s| s.as_ref()) {
-                self.fabric.commit_batched(ch, t.len, &addr.addr);
+            if let Some(addr) = self.slot(t.peer).map(|s| s.addr) {
+                self.fabric.commit_batched(ch, t.len, &addr);
             }
             // Done once in the batch: no completion gives the credit back.
             self.engine.handle_send_complete(ch);
@@ -105,11 +105,7 @@ impl ModuleState {
     /// Where datagrams to `peer` go; `None` (buffer and credit given back) when the peer was
     /// removed after the core queued the datagram.
     fn destination(&mut self, ch: Channel, buf: BufId, peer: PeerId) -> Option<PeerAddr> {
-        let addr = self
-            .peers
-            .get(peer.0 as usize)
-            .and_then(|s| s.as_ref())
-            .map(|s| s.addr);
+        let addr = self.slot(peer).map(|s| s.addr);
         if addr.is_none() {
             self.fabric.release_tx(ch, buf);
             self.engine.handle_send_complete(ch);
