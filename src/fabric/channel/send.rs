@@ -1,0 +1,253 @@
+//! The send path through the provider: send buffers lent and given back (one per send
+//! credit), `fi_inject` / `fi_send` / `fi_sendv` of them, and the fault injector's hooks on
+//! them. Sends that bypass the provider through the batch are in `batch.rs`.
+
+use super::{context, ChannelRes, TxState};
+use crate::fabric::error::FabricError;
+use crate::fabric::module::{BufId, Posted};
+use crate::fabric::sys;
+use std::os::raw::c_void;
+
+impl ChannelRes {
+    /// Longest datagram `post_send` injects.
+    pub(crate) fn inject_limit(&self) -> usize {
+        self.inject_size.saturating_sub(self.prefix).min(self.mtu)
+    }
+
+    pub(crate) fn tx_capacity(&self) -> usize {
+        self.tx_state.len()
+    }
+
+    pub(crate) fn tx_available(&self) -> usize {
+        self.tx_free.len()
+    }
+
+    pub(crate) fn tx_buffer(&mut self) -> Option<(BufId, &mut [u8])> {
+        let i = self.tx_free.pop()?;
+        self.tx_state[i as usize] = TxState::Lent;
+        let (prefix, mtu) = (self.prefix, self.mtu);
+        Some((BufId(i), self.tx.slice_mut(i as usize, prefix, mtu)))
+    }
+
+    pub(crate) fn lent_tx(&self, buf: BufId) -> Result<usize, FabricError> {
+        let i = buf.0 as usize;
+        match self.tx_state.get(i) {
+            Some(TxState::Lent) => Ok(i),
+            Some(s) => Err(FabricError::invalid(
+                "post_send",
+                format!("send buffer {i} is not lent out (state {s:?})"),
+            )),
+            None => Err(FabricError::invalid(
+                "post_send",
+                format!("no send buffer {i}"),
+            )),
+        }
+    }
+
+    /// The bytes of lent send buffer `buf` again (as `tx_buffer` gave them).
+    pub(crate) fn lent_bytes(&mut self, buf: BufId) -> Result<&mut [u8], FabricError> {
+        let i = self.lent_tx(buf)?;
+        let (prefix, mtu) = (self.prefix, self.mtu);
+        Ok(self.tx.slice_mut(i, prefix, mtu))
+    }
+
+    pub(crate) fn release_tx(&mut self, buf: BufId) {
+        match self.lent_tx(buf) {
+            Ok(i) => {
+                self.tx_state[i] = TxState::Free;
+                self.tx_free.push(i as u32);
+            }
+            Err(e) => tracing::warn!("release_tx ignored: {e}"),
+        }
+    }
+
+    /// Datagrams that fit the provider's inject size go by `fi_inject`: for the udp provider
+    /// that skips its CQ lock, the completion it writes, and our read of that completion
+    /// (which, found alone, made the next `fi_cq_read` one more `recvmsg` in a ping-pong).
+    pub(crate) fn post_send(
+        &mut self,
+        buf: BufId,
+        len: usize,
+        to: sys::fi_addr_t,
+    ) -> Result<Posted, FabricError> {
+        let i = self.checked_tx(buf, len)?;
+        if self.prefix + len <= self.inject_size {
+            return self.inject_index(i, len, to);
+        }
+        self.send_index(i, len, to).map(|()| Posted::Pending)
+    }
+
+    /// `fi_inject` of buffer `i`: on success the provider has copied it, no completion follows
+    /// and the buffer is free again.
+    fn inject_index(
+        &mut self,
+        i: usize,
+        len: usize,
+        to: sys::fi_addr_t,
+    ) -> Result<Posted, FabricError> {
+        // SAFETY: buffer i is lent (checked_tx), lives in tx which outlives the ep, and
+        // prefix + len <= its size; fi_inject reads it during the call only.
+        let ret =
+            unsafe { sys::inject(self.ep.ptr(), self.tx.at(i).cast(), self.prefix + len, to) };
+        if ret < 0 {
+            return Err(FabricError::with_detail(
+                "fi_inject",
+                ret,
+                format_args!("{len} bytes to fi_addr {to}"),
+            ));
+        }
+        self.tx_state[i] = TxState::Free;
+        self.tx_free.push(i as u32);
+        Ok(Posted::Done)
+    }
+
+    /// The index of lent send buffer `buf` if `len` bytes of it may be sent.
+    pub(crate) fn checked_tx(&self, buf: BufId, len: usize) -> Result<usize, FabricError> {
+        let i = self.lent_tx(buf)?;
+        if len > self.mtu {
+            return Err(FabricError {
+                call: "post_send",
+                code: sys::FI_EMSGSIZE as i32,
+                message: format!(
+                    "datagram of {len} bytes exceeds the channel MTU of {} bytes",
+                    self.mtu
+                ),
+            });
+        }
+        Ok(i)
+    }
+
+    /// `fi_send` of buffer `i` (lent, or held by the fault injector), checked by `checked_tx`.
+    pub(crate) fn send_index(
+        &mut self,
+        i: usize,
+        len: usize,
+        to: sys::fi_addr_t,
+    ) -> Result<(), FabricError> {
+        // SAFETY: buffer i is lent or held (not posted to the provider), lives in tx which
+        // outlives the ep; prefix + len <= its size; the context is a tag, never dereferenced.
+        let ret = unsafe {
+            sys::send(
+                self.ep.ptr(),
+                self.tx.at(i).cast(),
+                self.prefix + len,
+                self.tx_desc,
+                to,
+                context(i, false),
+            )
+        };
+        self.posted(i, ret, "fi_send", len, to)
+    }
+
+    /// Buffer `i` is in flight if the send call returned success, else the call's error.
+    fn posted(
+        &mut self,
+        i: usize,
+        ret: i64,
+        call: &'static str,
+        len: usize,
+        to: sys::fi_addr_t,
+    ) -> Result<(), FabricError> {
+        if ret < 0 {
+            return Err(FabricError::with_detail(
+                call,
+                ret,
+                format_args!("{len} bytes to fi_addr {to}"),
+            ));
+        }
+        self.tx_state[i] = TxState::InFlight;
+        self.provider_sends += 1;
+        Ok(())
+    }
+
+    /// Whether `post_send_gather` may be used: the provider gathers three buffers, and needs no
+    /// registration (a body lies in memory we never registered); or sends are batched, which
+    /// copies the body into the batch.
+    pub(crate) fn can_gather(&self) -> bool {
+        (self.iov_limit >= 3 && self._mrs.is_empty()) || self.batch.is_some()
+    }
+
+    /// The index of lent send buffer `buf` and the length of the datagram its first `len`
+    /// bytes and `body` make, if that fits the MTU (the head alone fits, then, too).
+    pub(super) fn checked_gather(
+        &self,
+        buf: BufId,
+        len: usize,
+        body: [&[u8]; 2],
+    ) -> Result<(usize, usize), FabricError> {
+        let total = len + body[0].len() + body[1].len();
+        Ok((self.checked_tx(buf, total)?, total))
+    }
+
+    /// `fi_sendv` of the first `len` bytes of lent send buffer `buf` followed by `body`, as one
+    /// datagram of at most the MTU. Only where `can_gather`.
+    pub(crate) fn post_send_gather(
+        &mut self,
+        buf: BufId,
+        len: usize,
+        body: [&[u8]; 2],
+        to: sys::fi_addr_t,
+    ) -> Result<Posted, FabricError> {
+        let (i, total) = self.checked_gather(buf, len, body)?;
+        if !self.can_gather() {
+            return Err(FabricError {
+                call: "post_send_gather",
+                code: sys::FI_EMSGSIZE as i32,
+                message: format!(
+                    "this channel does not gather (iov_limit {}, registered buffers {})",
+                    self.iov_limit,
+                    !self._mrs.is_empty()
+                ),
+            });
+        }
+        let mut iov = [sys::iovec {
+            iov_base: self.tx.at(i).cast(),
+            iov_len: self.prefix + len,
+        }; 3];
+        let mut count = 1;
+        for piece in body.iter().filter(|p| !p.is_empty()) {
+            iov[count] = sys::iovec {
+                iov_base: piece.as_ptr() as *mut c_void,
+                iov_len: piece.len(),
+            };
+            count += 1;
+        }
+        // SAFETY: buffer i is lent (not posted), lives in tx which outlives the ep; the body
+        // slices are borrowed for this call, and the provider is done with every buffer when
+        // it returns (udp sends synchronously inside fi_sendv and writes the completion
+        // there, see fabric/mod.rs; `can_gather` excludes registration-requiring providers).
+        // The iovecs are only read; the context is a tag, never dereferenced.
+        let ret = unsafe {
+            sys::sendv(
+                self.ep.ptr(),
+                iov.as_ptr(),
+                std::ptr::null_mut(),
+                count,
+                to,
+                context(i, false),
+            )
+        };
+        self.posted(i, ret, "fi_sendv", total, to)
+            .map(|()| Posted::Pending)
+    }
+
+    /// Fault injector: keep lent buffer `i` out of the free list as if it were in flight.
+    pub(crate) fn hold_tx(&mut self, i: usize) {
+        self.tx_state[i] = TxState::InFlight;
+    }
+
+    /// Fault injector: free a buffer held by `hold_tx` whose send never reached the provider.
+    pub(crate) fn free_held_tx(&mut self, i: usize) {
+        if self.tx_state[i] == TxState::InFlight {
+            self.tx_state[i] = TxState::Free;
+            self.tx_free.push(i as u32);
+        }
+    }
+
+    /// Fault injector: copy the first `len` bytes of send buffer `from` into send buffer `to`.
+    pub(crate) fn copy_tx(&mut self, from: usize, to: usize, len: usize) {
+        let n = self.prefix + len;
+        let src = self.tx.slice(from, 0, n).to_vec();
+        self.tx.slice_mut(to, 0, n).copy_from_slice(&src);
+    }
+}
