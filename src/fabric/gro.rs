@@ -9,7 +9,7 @@
 //! copy leaves every datagram in a buffer of its own, where the provider would have put it.
 //!
 //! The provider reads its socket only into receive buffers posted to it, so a channel that
-//! reads here posts none (`channel.rs`) and the socket is ours alone.
+//! reads here posts none (`channel/receive.rs`) and the socket is ours alone.
 //!
 //! A channel whose datagrams never run together (the priority channel, or `lo`'s 65507-byte
 //! datagrams) reads here too, one datagram per `recv` and without `UDP_GRO` (the kernel then
