@@ -33,14 +33,14 @@ static void send_all(int phase, int root, int sync_before)
     MPI_Request *rq = malloc(sizeof *rq * (size_t)K);
     uint8_t **b = malloc(sizeof *b * (size_t)K);
     T_WHERE("phase %d: sending %d messages to root %d", phase, K, root);
-    if (sync_before) MPI_Barrier(MPI_COMM_WORLD);
+    if (sync_before) MPICHK(MPI_Barrier(MPI_COMM_WORLD));
     for (int s = 0; s < K; s++) {
         int len = msg_len(phase, t_rank, s);
         b[s] = t_alloc((size_t)len);
         pat_fill(b[s], (size_t)len, msg_seed(phase, t_rank, root, s));
         MPICHK(MPI_Isend(b[s], len / 4, MPI_INT, root, msg_tag(phase, t_rank, s), MPI_COMM_WORLD, &rq[s]));
     }
-    if (!sync_before) MPI_Barrier(MPI_COMM_WORLD);
+    if (!sync_before) MPICHK(MPI_Barrier(MPI_COMM_WORLD));
     MPICHK(MPI_Waitall(K, rq, MPI_STATUSES_IGNORE));
     for (int s = 0; s < K; s++) free(b[s]);
     free(b);
@@ -98,7 +98,7 @@ static void phase_a1(int root)
         t_poison(b[i], (size_t)maxlen);
         MPICHK(MPI_Irecv(b[i], maxlen / 4, MPI_INT, MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &rq[i]));
     }
-    MPI_Barrier(MPI_COMM_WORLD);
+    MPICHK(MPI_Barrier(MPI_COMM_WORLD));
     MPICHK(MPI_Waitall(n, rq, st));
     /* receives match in posting order, so per source the sequence must rise */
     for (int i = 0; i < n; i++) {
@@ -119,7 +119,7 @@ static void phase_a2(int root)
     int n = K * (t_size - 1), maxlen = 1 << 20;
     uint8_t *b = t_alloc((size_t)maxlen);
     int *next = calloc((size_t)t_size, sizeof *next);
-    MPI_Barrier(MPI_COMM_WORLD); /* all sends are issued: eager ones arrive unexpected */
+    MPICHK(MPI_Barrier(MPI_COMM_WORLD)); /* all sends are issued: eager ones arrive unexpected */
     for (int i = 0; i < n; i++) {
         MPI_Status st;
         t_poison(b, (size_t)maxlen);
@@ -139,7 +139,7 @@ static void phase_b(int root)
     }
     int n = K * (t_size - 1);
     int *next = calloc((size_t)t_size, sizeof *next);
-    MPI_Barrier(MPI_COMM_WORLD);
+    MPICHK(MPI_Barrier(MPI_COMM_WORLD));
     for (int i = 0; i < n; i++) {
         MPI_Status pst, st;
         int nint = -1, nbyte = -1, nel = -1;
@@ -173,7 +173,7 @@ static void phase_c(int root)
         return;
     }
     int *next = calloc((size_t)t_size, sizeof *next);
-    MPI_Barrier(MPI_COMM_WORLD);
+    MPICHK(MPI_Barrier(MPI_COMM_WORLD));
     for (int src = t_size - 1; src >= 0; src--) {
         if (src == t_rank) continue;
         for (int s = 0; s < K; s++) {
@@ -213,7 +213,7 @@ static void phase_d(int root)
     }
     int n = K * (t_size - 1);
     int *next = calloc((size_t)t_size, sizeof *next);
-    MPI_Barrier(MPI_COMM_WORLD);
+    MPICHK(MPI_Barrier(MPI_COMM_WORLD));
     for (int i = 0; i < n; i++) {
         MPI_Status pst, st;
         MPI_Message m;
@@ -243,18 +243,18 @@ int main(int argc, char **argv)
         /* a barrier after each phase: an eager send completes before it is received,
          * so without it the next phase's messages could match this phase's wildcards */
         phase_a1(root);
-        MPI_Barrier(MPI_COMM_WORLD);
+        MPICHK(MPI_Barrier(MPI_COMM_WORLD));
         phase_a2(root);
-        MPI_Barrier(MPI_COMM_WORLD);
+        MPICHK(MPI_Barrier(MPI_COMM_WORLD));
         phase_b(root);
-        MPI_Barrier(MPI_COMM_WORLD);
+        MPICHK(MPI_Barrier(MPI_COMM_WORLD));
         phase_c(root);
-        MPI_Barrier(MPI_COMM_WORLD);
+        MPICHK(MPI_Barrier(MPI_COMM_WORLD));
         phase_d(root);
-        MPI_Barrier(MPI_COMM_WORLD);
+        MPICHK(MPI_Barrier(MPI_COMM_WORLD));
     }
     long tm = 0;
-    MPI_Reduce(&nmsg, &tm, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPICHK(MPI_Reduce(&nmsg, &tm, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD));
     char sum[200];
     snprintf(sum, sizeof sum, "%ld wildcard messages (Irecv/Recv ANY, Probe, Iprobe, Mprobe) in sender order, sizes 0..1 MiB",
              tm);

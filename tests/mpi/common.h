@@ -11,8 +11,18 @@
  * Each program ends with ONE line on rank 0:
  *   PASS <name> np=<n>: <summary>
  *   FAIL <name> np=<n>: <k> error(s) on <m> rank(s); first (rank r): <details>
- * and exits non-zero on failure.  A watchdog (alarm) aborts the job with a FAIL
- * line if the program does not finish in time.
+ * and exits non-zero on failure.  Data errors (pattern, guard, count, status
+ * checks) are only recorded where they are found, so one run reports them all
+ * in that line.  Two things end the job at once instead (MPI_Abort), each with
+ * one FAIL line from the rank that saw it, and the job exits non-zero:
+ *   - a failed MPI call (MPICHK): a call that did not do its part (a send that
+ *     did not go out, a receive that did not complete) leaves its peers, or
+ *     this rank's own next call, waiting for it; going on would only end in
+ *     the watchdog's "hang?" line, which names a later call on another rank.
+ *     The line names the rank, the call, file:line and the MPI error string
+ *     (exit code 4);
+ *   - the watchdog (alarm), if the program does not finish in time (code 3).
+ * Open MPI's own messages (e.g. a BTL naming a lost peer) are printed as well.
  *
  * Options common to all programs:
  *   -t SECONDS   watchdog (default 120), armed before MPI_Init (t_early) and
@@ -47,6 +57,7 @@ static unsigned t_timeout = 120;
 static long t_errors = 0;          /* errors found on this rank */
 static char t_first[ERRLEN] = "";  /* first error on this rank */
 static int t_corrupt = 0;          /* MPITEST_CORRUPT self-test pending */
+static int t_ending = 0;           /* set by the first thread that ends the job (atomic) */
 static double t_start;
 
 /* ---- pattern ---------------------------------------------------------- */
@@ -181,6 +192,13 @@ static void t_alarm(int sig)
     (void)sig;
     char msg[1024], extra[600] = "";
     int inited = 0;
+    if (__atomic_exchange_n(&t_ending, 1, __ATOMIC_SEQ_CST)) {
+        /* a failed MPI call already printed this rank's FAIL line, and its MPI_Abort is stuck */
+        int n = snprintf(msg, sizeof msg, "%s rank %d: watchdog: MPI_Abort did not end the job within %u s; exiting\n",
+                         t_name, t_rank, t_timeout);
+        if (n > 0) (void)!write(STDERR_FILENO, msg, (size_t)(n < (int)sizeof msg ? n : (int)sizeof msg - 1));
+        _exit(4);
+    }
     if (t_where_hook) t_where_hook(extra, sizeof extra);
     MPI_Initialized(&inited);
     int n = snprintf(msg, sizeof msg,
@@ -239,21 +257,51 @@ static void t_setup(const char *name, int argc, char **argv)
         t_armed = 1;
     }
     T_WHERE("after MPI_Init");
-    /* errors (e.g. truncation) must come back as codes so they are reported, not fatal */
+    /* errors come back as codes so that MPICHK can say which call failed, where and while
+     * doing what, in the program's FAIL format; MPI_ERRORS_ARE_FATAL would abort with only
+     * Open MPI's generic message.  MPICHK then ends the job itself (see there). */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     t_start = MPI_Wtime();
 }
 
-/* check an MPI return code */
-#define MPICHK(call)                                                                  \
-    do {                                                                              \
-        int rc_ = (call);                                                             \
-        if (rc_ != MPI_SUCCESS) {                                                     \
-            char es_[MPI_MAX_ERROR_STRING];                                           \
-            int el_ = 0;                                                              \
-            MPI_Error_string(rc_, es_, &el_);                                         \
-            t_error("%s:%d: %s returned %d (%s)", __FILE__, __LINE__, #call, rc_, es_); \
-        }                                                                             \
+/*
+ * A failed MPI call ends the job at once (fail fast).  The error is recorded like any other
+ * (t_error), then this rank prints its FAIL line and calls MPI_Abort.  Going on is no use: the
+ * call did not do its part (a message that never left, a receive that never completed), so a
+ * later receive or collective here or on a peer would wait for it until the watchdog fires,
+ * minutes later, with a "hang?" line that names that later call instead of this one.
+ * Safe from any thread (threads test): the first failing thread prints the one line of its
+ * rank and aborts; other threads that fail meanwhile wait for the abort to end the process.
+ * Calls that are allowed to fail must not use MPICHK: check their code by hand, as onesided
+ * does for MPI_Win_create (no osc component), and report through t_error.
+ */
+static void t_mpi_failed(int rc, const char *call, const char *file, int line)
+{
+    char es[MPI_MAX_ERROR_STRING] = "?", extra[600] = "", earlier[ERRLEN + 64] = "", msg[2048];
+    int el = 0;
+    MPI_Error_string(rc, es, &el);
+    t_error("%s:%d: %s returned %d (%s)", file, line, call, rc, es);
+    if (__atomic_exchange_n(&t_ending, 1, __ATOMIC_SEQ_CST))
+        for (;;) pause(); /* another thread (or the watchdog) is ending the job already */
+    if (t_where_hook) t_where_hook(extra, sizeof extra);
+    pthread_mutex_lock(&t_lock);
+    if (t_errors > 1)
+        snprintf(earlier, sizeof earlier, "; %ld error(s) on this rank in all, the first: %s", t_errors, t_first);
+    pthread_mutex_unlock(&t_lock);
+    int n = snprintf(msg, sizeof msg,
+                     "FAIL %s np=%d: rank %d (pid %d): %s:%d: %s returned %d (%s); step: %s%s%s; aborting\n",
+                     t_name, t_size, t_rank, (int)getpid(), file, line, call, rc, es, t_where, extra, earlier);
+    fflush(stdout);
+    if (n > 0) (void)!write(STDOUT_FILENO, msg, (size_t)(n < (int)sizeof msg ? n : (int)sizeof msg - 1));
+    MPI_Abort(MPI_COMM_WORLD, 4);
+    _exit(4);
+}
+
+/* check an MPI return code; a failure ends the job (t_mpi_failed) */
+#define MPICHK(call)                                                               \
+    do {                                                                           \
+        int rc_ = (call);                                                          \
+        if (rc_ != MPI_SUCCESS) t_mpi_failed(rc_, #call, __FILE__, __LINE__);     \
     } while (0)
 
 /*
@@ -267,9 +315,9 @@ static int t_finish(const char *summary)
     int failed_here = errs > 0, failed_ranks = 0;
     char *all = NULL;
     if (t_rank == 0) all = calloc((size_t)t_size, ERRLEN);
-    MPI_Reduce(&errs, &total, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
-    MPI_Reduce(&failed_here, &failed_ranks, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
-    MPI_Gather(t_first, ERRLEN, MPI_CHAR, all, ERRLEN, MPI_CHAR, 0, MPI_COMM_WORLD);
+    MPICHK(MPI_Reduce(&errs, &total, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD));
+    MPICHK(MPI_Reduce(&failed_here, &failed_ranks, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD));
+    MPICHK(MPI_Gather(t_first, ERRLEN, MPI_CHAR, all, ERRLEN, MPI_CHAR, 0, MPI_COMM_WORLD));
     double el = MPI_Wtime() - t_start;
     if (t_rank == 0) {
         if (total == 0) {
@@ -283,10 +331,14 @@ static int t_finish(const char *summary)
         fflush(stdout);
     }
     free(all);
-    MPI_Bcast(&total, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+    MPICHK(MPI_Bcast(&total, 1, MPI_LONG, 0, MPI_COMM_WORLD));
     T_WHERE("in MPI_Finalize");
-    MPI_Finalize();
+    int frc = MPI_Finalize();
     alarm(0);
+    if (frc != MPI_SUCCESS) { /* too late for MPI_Abort: say so and exit non-zero */
+        printf("FAIL %s np=%d: rank %d: MPI_Finalize returned %d\n", t_name, t_size, t_rank, frc);
+        return 1;
+    }
     return total ? 1 : 0;
 }
 

@@ -283,8 +283,8 @@ int main(int argc, char **argv)
         }
     }
     long tc = 0, tb = 0;
-    MPI_Reduce(&ncases, &tc, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
-    MPI_Reduce(&nbytes, &tb, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPICHK(MPI_Reduce(&ncases, &tc, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD));
+    MPICHK(MPI_Reduce(&nbytes, &tb, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD));
     char sum[200];
     snprintf(sum, sizeof sum, "%ld transfers (vector, indexed, struct, hvector; eager and rendezvous), %.1f MiB checked",
              tc, tb / 1048576.0);

@@ -135,7 +135,7 @@ int main(int argc, char **argv)
     int peer = 1 - t_rank, warm = n < 2000 ? n / 10 + 10 : 200, done = 0;
     uint8_t sb[MSG], rb[MSG + GUARD];
     double *rtt = malloc(sizeof(double) * (size_t)n);
-    MPI_Barrier(MPI_COMM_WORLD);
+    MPICHK(MPI_Barrier(MPI_COMM_WORLD));
     double tbeg = MPI_Wtime();
     /* batches of 100 round trips; between batches (untimed) rank 0 decides whether to go on,
      * so a loaded machine ends the demo after max_secs instead of dragging on */
@@ -149,23 +149,23 @@ int main(int argc, char **argv)
             MPI_Status st;
             if (t_rank == 0) {
                 double t0 = MPI_Wtime();
-                MPI_Send(sb, MSG, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
-                MPI_Recv(rb, MSG, MPI_BYTE, peer, 1, MPI_COMM_WORLD, &st);
+                MPICHK(MPI_Send(sb, MSG, MPI_BYTE, peer, 1, MPI_COMM_WORLD));
+                MPICHK(MPI_Recv(rb, MSG, MPI_BYTE, peer, 1, MPI_COMM_WORLD, &st));
                 double t1 = MPI_Wtime();
                 if (i >= 0) rtt[done++] = t1 - t0;
             } else {
-                MPI_Recv(rb, MSG, MPI_BYTE, peer, 1, MPI_COMM_WORLD, &st);
-                MPI_Send(sb, MSG, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+                MPICHK(MPI_Recv(rb, MSG, MPI_BYTE, peer, 1, MPI_COMM_WORLD, &st));
+                MPICHK(MPI_Send(sb, MSG, MPI_BYTE, peer, 1, MPI_COMM_WORLD));
             }
             char what[64];
             snprintf(what, sizeof what, "round trip %d", i);
             pat_check(rb, MSG, seed4(0, (uint64_t)peer, 0, (uint64_t)(i + warm)), what);
         }
         long errs = t_errors;
-        MPI_Allreduce(&errs, &any, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        MPICHK(MPI_Allreduce(&errs, &any, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD));
         /* at least 200 timed round trips (or all n) before the time cap applies */
         go = i < n && any == 0 && (done < 200 || MPI_Wtime() - tbeg < max_secs);
-        MPI_Bcast(&go, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        MPICHK(MPI_Bcast(&go, 1, MPI_INT, 0, MPI_COMM_WORLD));
     }
 
     char allowed[256], names[16][64], paths[16][512], host0[MPI_MAX_PROCESSOR_NAME] = "", host1[MPI_MAX_PROCESSOR_NAME] = "";
@@ -173,8 +173,8 @@ int main(int argc, char **argv)
     cvar_string("btl", allowed, sizeof allowed);
     int nl = loaded_btls(names, paths, 16);
     MPI_Get_processor_name(t_rank == 0 ? host0 : host1, &hl);
-    if (t_rank == 0) MPI_Recv(host1, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 1, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
-    else MPI_Send(host1, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0, 2, MPI_COMM_WORLD);
+    if (t_rank == 0) MPICHK(MPI_Recv(host1, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 1, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    else MPICHK(MPI_Send(host1, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, 0, 2, MPI_COMM_WORLD));
 
     if (t_rank == 0) {
         if (done < 1) {

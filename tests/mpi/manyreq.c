@@ -54,7 +54,7 @@ int main(int argc, char **argv)
             t_poison(rb[j], msg_len(p, i));
         }
         T_WHERE("round %d (mode %d): barrier before posting", round, mode);
-        MPI_Barrier(MPI_COMM_WORLD);
+        MPICHK(MPI_Barrier(MPI_COMM_WORLD));
         T_WHERE("round %d (mode %d): posting and completing %d requests", round, mode, 2 * n);
         if (mode == 0 || mode == 1) {
             for (int pass = 0; pass < 2; pass++) {
@@ -118,8 +118,8 @@ int main(int argc, char **argv)
     }
     for (int j = 0; j < n; j++) free(sb[j]), free(rb[j]);
     long tm = 0, tb = 0;
-    MPI_Reduce(&msgs, &tm, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
-    MPI_Reduce(&bytes, &tb, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPICHK(MPI_Reduce(&msgs, &tm, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD));
+    MPICHK(MPI_Reduce(&bytes, &tb, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD));
     char sum[200];
     snprintf(sum, sizeof sum, "%d rounds, %d sends + %d receives in flight per rank, %ld messages, %.1f MiB checked",
              rounds, n, n, tm, tb / 1048576.0);

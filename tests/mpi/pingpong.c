@@ -110,7 +110,7 @@ int main(int argc, char **argv)
     for (int r = 0; r < m - 1; r++) {
         int peer = partner(t_rank, r, m);
         if (peer >= t_size || peer == t_rank) {
-            MPI_Barrier(MPI_COMM_WORLD);
+            MPICHK(MPI_Barrier(MPI_COMM_WORLD));
             continue;
         }
         pairs++;
@@ -136,14 +136,14 @@ int main(int argc, char **argv)
                 }
             }
         }
-        MPI_Barrier(MPI_COMM_WORLD);
+        MPICHK(MPI_Barrier(MPI_COMM_WORLD));
     }
     free(sbuf);
     free(rbuf);
 
     long tm = 0, tb = 0;
-    MPI_Reduce(&msgs, &tm, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
-    MPI_Reduce(&bytes, &tb, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPICHK(MPI_Reduce(&msgs, &tm, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD));
+    MPICHK(MPI_Reduce(&bytes, &tb, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD));
     char sum[200];
     snprintf(sum, sizeof sum, "%d sizes 0..%u B, %d pair(s) per rank, %ld messages, %.1f MiB checked",
              nsizes, MAXSIZE + 1, pairs, tm, tb / 1048576.0);

@@ -2,6 +2,8 @@
 # A "run" is one program at one rank count; its verdict comes from the
 # program's own "PASS <name> np=<n>:" line AND mpirun's exit status, so a
 # crash after the PASS line, a hang (timeout) or a missing line is a failure.
+# The first "PASS|FAIL <name> np=" line is the one shown: rank 0's result, or
+# the FAIL line of the rank whose MPI call failed (it ends the job at once).
 
 MPI_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BIN_DIR=$MPI_DIR/bin

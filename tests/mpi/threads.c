@@ -189,7 +189,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < NTHREADS; i++) pthread_join(tid[i], NULL);
     long mine = 0, tm = 0;
     for (int i = 0; i < NTHREADS; i++) mine += t_msgs[i];
-    MPI_Reduce(&mine, &tm, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPICHK(MPI_Reduce(&mine, &tm, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD));
     char sum[200];
     snprintf(sum, sizeof sum, "MPI_THREAD_MULTIPLE, %d threads per rank, %ld messages checked (Isend/Irecv, Send/Ssend, ANY_SOURCE, Iprobe)",
              NTHREADS, tm);
