@@ -99,6 +99,10 @@ step mpi tests/run-mpi.sh
 # The udp provider's sockets are read by the channels themselves by default; this is the path
 # of every other provider: buffers posted to the provider, completions read from its CQ.
 step mpi-provider env MPI_ARGS="--mca btl_usnic_gro 0" NPS=2 tests/run-mpi.sh pingpong anysource collectives
+# The checkers themselves: a corrupted byte must fail every program, and a failed send must end
+# the job at once with its own FAIL line rather than a hang until the watchdog.
+step mpi-selftest env SELFTEST=1 NPS=2 tests/run-mpi.sh
+step mpi-failtest env FAILTEST=1 NPS=2 tests/run-mpi.sh pingpong datatypes anysource manyreq threads demo_pingpong
 step suite env SUITE_QUICK=1 tests/suite/mpi4py.sh
 step netns tests/run-netns.sh
 step suite-netns env SUITE_QUICK=1 SUITE_PROGRAMS=0 tests/suite/netns.sh

@@ -12,6 +12,10 @@
 #   OSC=pt2pt           osc component for onesided (Debian disables pt2pt by default; empty = Open MPI's choice)
 #   SELFTEST=1          run every program with one received byte deliberately corrupted; a run passes
 #                       only if the program reports the corruption (proves the checkers can fail)
+#   FAILTEST=1          run every program with the highest rank's sends failing from the 5th on
+#                       (tests/mpi/failsend.c, LD_PRELOAD); a run passes only if the job ends at once
+#                       with the FAIL line of the failed call (proves a failed call cannot hang a run);
+#                       for the programs that call MPI_Send/Ssend/Isend (not collectives, onesided)
 # Prints one row per run, a table, and the line "N passed, N failed"; exits 1 if any run failed.
 set -u
 cd "$(dirname "$0")/.."
@@ -37,9 +41,14 @@ if [[ ",$BTL," == *",usnic,"* ]] && ! ompi_info --parsable 2>/dev/null | grep -q
 fi
 SELFARGS=()
 [ "${SELFTEST:-0}" = 1 ] && SELFARGS=(-x MPITEST_CORRUPT=1)
+if [ "${FAILTEST:-0}" = 1 ]; then
+    make -s -C tests/mpi bin/libfailsend.so >"$BIN_DIR/build-failsend.log" 2>&1 ||
+        { cat "$BIN_DIR/build-failsend.log" >&2; echo "0 passed, 1 failed"; exit 1; }
+    SELFARGS=(-x LD_PRELOAD="$BIN_DIR/libfailsend.so")
+fi
 
 ncpu=$(nproc 2>/dev/null || echo 1)
-echo "run-mpi: BTL=$BTL NPS='$NPS' SCALE=$SCALE TIMEOUT=${TIMEOUT}s MPI_ARGS='$MPI_ARGS'${SELFTEST:+ SELFTEST=$SELFTEST} logs: $LOGDIR"
+echo "run-mpi: BTL=$BTL NPS='$NPS' SCALE=$SCALE TIMEOUT=${TIMEOUT}s MPI_ARGS='$MPI_ARGS'${SELFTEST:+ SELFTEST=$SELFTEST}${FAILTEST:+ FAILTEST=$FAILTEST} logs: $LOGDIR"
 start=$(date +%s)
 for prog in $PROGS; do
     for np in $(prog_nps "$prog" $NPS); do

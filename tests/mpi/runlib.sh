@@ -63,6 +63,14 @@ run_one() {
         else
             verdict=FAIL; detail="corrupted byte NOT detected (rc=$rc): ${line:-no result line}"
         fi
+    elif [ "${FAILTEST:-0}" = 1 ]; then
+        # a failed send must end the job at once, with its own FAIL line (not the watchdog's)
+        if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ] && [ "${secs%.*}" -lt "${FAILTEST_LIMIT:-60}" ] &&
+            grep -qE "^FAIL $prog np=.*: MPI_I?S?[sS]end\(.* returned .*; aborting" "$log"; then
+            verdict=PASS; detail="failed send ended the job in ${secs}s: $(grep -m1 -oE 'MPI_I?S?[sS]end\(.*' "$log" | cut -c1-60)"
+        else
+            verdict=FAIL; detail="failed send did NOT end the job at once (rc=$rc, ${secs}s): ${line:-no result line}"
+        fi
     elif [ $rc -eq 0 ] && [[ "$line" == PASS* ]]; then
         verdict=PASS; detail=${line#PASS $prog np=$np: }
     else
