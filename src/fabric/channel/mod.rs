@@ -43,21 +43,27 @@ pub(crate) struct Sizes {
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 enum TxState {
+    /// On the free list: one send credit.
     Free,
     /// Handed to the caller by `tx_buffer`, not yet accepted by `fi_send`.
     Lent,
+    /// Accepted by the provider; its send completion (or the fault injector) frees it.
     InFlight,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 enum RxState {
+    /// Posted to the provider; where the channel reads its socket, free to be read into.
     Posted,
     /// Its datagram is with the caller until `repost`.
     Lent,
+    /// Given back by `repost`, waiting for the next batch of posts (a channel that reads its
+    /// socket reads into it again instead).
     Queued,
 }
 
-/// CQ entries fetched per `fi_cq_read`.
+/// CQ entries fetched per `fi_cq_read`: one call drains a burst of a window's datagrams, and
+/// 8 or 16 measured no better in bidirectional runs (`docs/levers.md`, "Tried and dropped").
 const CQ_BATCH: usize = 64;
 /// Returned receive buffers are posted in batches of up to this many...
 const REPOST_BATCH_MAX: usize = 16;
@@ -71,6 +77,7 @@ fn context(idx: usize, rx: bool) -> *mut c_void {
     (((idx + 1) << 1) | usize::from(rx)) as *mut c_void
 }
 
+/// The buffer index and direction of a context made by [`context`]; None for NULL.
 fn decode(ctx: *mut c_void) -> Option<(usize, bool)> {
     let v = ctx as usize;
     let idx = (v >> 1).checked_sub(1)?;
@@ -81,7 +88,9 @@ pub(crate) struct ChannelRes {
     // Field order is close order: the endpoint first (it references CQ, AV and the posted
     // buffers), then the registrations, then the CQ, then the memory itself.
     ep: Fid<sys::fid_ep>,
-    _mrs: Vec<Fid<sys::fid_mr>>,
+    /// The buffers' registrations, where the provider wants them (`FI_MR_LOCAL`); a channel
+    /// with any cannot hand the provider user memory (`can_gather`).
+    mrs: Vec<Fid<sys::fid_mr>>,
     cq: Fid<sys::fid_cq>,
     rx: Slab,
     tx: Slab,

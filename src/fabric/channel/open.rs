@@ -150,7 +150,7 @@ impl ChannelRes {
         }
         let mut ch = ChannelRes {
             ep,
-            _mrs: mrs,
+            mrs,
             cq,
             rx,
             tx,
@@ -177,6 +177,7 @@ impl ChannelRes {
         Ok(ch)
     }
 
+    /// The endpoint's bound UDP port, in host order.
     pub(crate) fn port(&self) -> u16 {
         u16::from_be(self.name.sin_port)
     }

@@ -10,7 +10,8 @@ use crate::fabric::sys;
 use std::os::raw::c_void;
 
 impl ChannelRes {
-    /// Receive buffers this channel posts.
+    /// Receive buffers this channel has (posted to the provider, or read into where the
+    /// channel reads its socket).
     pub(crate) fn rx_count(&self) -> usize {
         self.rx_state.len()
     }

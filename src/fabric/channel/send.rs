@@ -14,14 +14,18 @@ impl ChannelRes {
         self.inject_size.saturating_sub(self.prefix).min(self.mtu)
     }
 
+    /// Send buffers in all: the channel's send credits.
     pub(crate) fn tx_capacity(&self) -> usize {
         self.tx_state.len()
     }
 
+    /// Send buffers free now.
     pub(crate) fn tx_available(&self) -> usize {
         self.tx_free.len()
     }
 
+    /// Lend a free send buffer, `mtu` bytes behind the provider's prefix; None when every
+    /// credit is in use.
     pub(crate) fn tx_buffer(&mut self) -> Option<(BufId, &mut [u8])> {
         let i = self.tx_free.pop()?;
         self.tx_state[i as usize] = TxState::Lent;
@@ -29,7 +33,7 @@ impl ChannelRes {
         Some((BufId(i), self.tx.slice_mut(i as usize, prefix, mtu)))
     }
 
-    pub(crate) fn lent_tx(&self, buf: BufId) -> Result<usize, FabricError> {
+    fn lent_tx(&self, buf: BufId) -> Result<usize, FabricError> {
         let i = buf.0 as usize;
         match self.tx_state.get(i) {
             Some(TxState::Lent) => Ok(i),
@@ -164,7 +168,7 @@ impl ChannelRes {
     /// registration (a body lies in memory we never registered); or sends are batched, which
     /// copies the body into the batch.
     pub(crate) fn can_gather(&self) -> bool {
-        (self.iov_limit >= 3 && self._mrs.is_empty()) || self.batch.is_some()
+        (self.iov_limit >= 3 && self.mrs.is_empty()) || self.batch.is_some()
     }
 
     /// The index of lent send buffer `buf` and the length of the datagram its first `len`
@@ -196,7 +200,7 @@ impl ChannelRes {
                 message: format!(
                     "this channel does not gather (iov_limit {}, registered buffers {})",
                     self.iov_limit,
-                    !self._mrs.is_empty()
+                    !self.mrs.is_empty()
                 ),
             });
         }

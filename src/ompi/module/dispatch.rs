@@ -14,7 +14,7 @@ use super::{ModuleCell, Upcall};
 
 impl ModuleCell {
     /// Run upcalls with no borrow of the state live, then repost what they used.
-    pub fn dispatch(&self, batch: &mut Vec<Upcall>) {
+    pub(super) fn dispatch(&self, batch: &mut Vec<Upcall>) {
         let btl = self.btl.get();
         let mut reposts = self.reposts.take();
         for up in batch.drain(..) {

@@ -35,7 +35,9 @@ const CQ_BATCH: usize = 64;
 /// (back-pressure: the PML otherwise could queue without bound).
 pub const INLINE_BACKLOG_LIMIT: usize = 32 << 20;
 
-pub const CHANNELS: [Channel; 2] = [Channel::Priority, Channel::Data];
+/// Both channels, in the order every pass serves them: the priority channel first, so that
+/// ACKs and small messages are not kept behind bulk data.
+pub(super) const CHANNELS: [Channel; 2] = [Channel::Priority, Channel::Data];
 
 /// Fixed facts about a module, given to the shim for the module struct.
 #[derive(Clone, Debug)]
@@ -61,6 +63,8 @@ impl ModuleInfo {
     }
 }
 
+/// What the module keeps for a peer the core knows: where its datagrams go and the endpoint
+/// the PML names it by.
 pub struct PeerSlot {
     pub addr: PeerAddr,
     /// Leaked box handed to the PML; freed by `drop_endpoint`.
@@ -102,7 +106,7 @@ pub struct ModuleState {
     pub frags: FragPool,
     completions: Vec<Completion>,
     /// A datagram the fabric refused with EAGAIN, retried before asking the core for more.
-    pending_tx: [Option<(BufId, usize, PeerId)>; 2],
+    pending_tx: [Option<(BufId, usize, PeerId)>; CHANNELS.len()],
     /// Bytes completed to the PML at submission and not yet acknowledged.
     pub inline_backlog: usize,
     pub finalized: bool,
@@ -128,7 +132,7 @@ pub struct ModuleState {
     data_skipped: u32,
     /// Per channel: the last poll brought a datagram, so drain the queue this time; else stop
     /// at the first datagram (see `collect`).
-    draining: [bool; 2],
+    draining: [bool; CHANNELS.len()],
 }
 
 pub struct ModuleCell {
@@ -167,7 +171,7 @@ impl ModuleState {
             idle_skips: 0,
             data_empty: 0,
             data_skipped: 0,
-            draining: [false; 2],
+            draining: [false; CHANNELS.len()],
         }
     }
 }

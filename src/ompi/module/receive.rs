@@ -22,7 +22,7 @@ const FI_ETRUNC: i32 = 265;
 
 impl ModuleState {
     /// Read completions of both channels and feed them to the core.
-    pub fn collect(&mut self, now: Instant, out: &mut Vec<Upcall>) -> usize {
+    pub(super) fn collect(&mut self, now: Instant, out: &mut Vec<Upcall>) -> usize {
         let mut n = 0;
         let mut answer_first = false;
         for ch in CHANNELS {
@@ -200,8 +200,9 @@ impl ModuleState {
         }
     }
 
-    /// Give back the rx buffers of finished in-place deliveries, and post them.
-    pub fn repost_all(&mut self, bufs: &[(Channel, BufId)]) {
+    /// Give back receive buffers the PML is done with (in-place deliveries, and the kept
+    /// chunks of delivered fragments), and post them.
+    pub(super) fn repost_all(&mut self, bufs: &[(Channel, BufId)]) {
         for &(ch, buf) in bufs {
             self.fabric.repost(ch, buf);
         }
@@ -217,6 +218,7 @@ impl ModuleState {
     }
 }
 
+/// The OPAL status a send, put or get completes with.
 fn failure_code(r: Result<(), Failure>) -> i32 {
     match r {
         Ok(()) => OPAL_SUCCESS,
@@ -231,6 +233,7 @@ fn held_handle(buf: BufId) -> u64 {
     u64::from(buf.0)
 }
 
+/// The receive buffer a [`held_handle`] names.
 pub(super) fn held_buffer(handle: u64) -> (Channel, BufId) {
     (Channel::Data, BufId(handle as u32))
 }

@@ -46,6 +46,7 @@ impl ModuleState {
         (self.endpoint_of(peer) == ep).then_some(ep)
     }
 
+    /// The endpoint the PML knows `peer` by; NULL once the peer was removed.
     pub fn endpoint_of(&self, peer: PeerId) -> *mut Endpoint {
         self.slot(peer)
             .map_or(core::ptr::null_mut(), |s| s.endpoint)
