@@ -3,10 +3,16 @@
 //!
 //! glibc's `recv`, `recvmsg` and `sendmsg` are cancellation points: in a process with threads
 //! (Open MPI's own and the ACK helper) each call brackets the system call with
-//! `__pthread_enable_asynccancel`/`__pthread_disable_asynccancel`, about 70 instructions per
-//! read or send (callgrind, 8-byte ping-pong, where a quiet channel's poll is a read too).
-//! Nothing ever cancels a thread that polls a BTL, so the bracketing buys nothing here.
-//! glibc's `syscall` is not a cancellation point and sets `errno` like the wrappers.
+//! `__pthread_enable_asynccancel`/`__pthread_disable_asynccancel`: about 30 instructions per
+//! call, 45 per message of an 8-byte ping-pong on `lo` (callgrind; a quiet channel's poll is a
+//! read too). Nothing ever cancels a thread that polls a BTL, so the bracketing buys nothing
+//! here. glibc's `syscall` is not a cancellation point, and returns and sets `errno` like the
+//! wrappers.
+//!
+//! This assumes the provider's socket is a plain kernel socket: a library that accelerates
+//! sockets by hooking libc's socket calls through `LD_PRELOAD` (libvma, OpenOnload) would not
+//! see these calls. Such a setup takes `btl_usnic_gro 0` and `btl_usnic_gso 0`, which leave
+//! reads and sends to the provider.
 use std::os::raw::{c_int, c_long, c_void};
 use std::ptr::null_mut;
 
@@ -14,7 +20,7 @@ use std::ptr::null_mut;
 ///
 /// # Safety
 /// As for `recv(2)`: `buf` must name `len` writable bytes for the duration of the call.
-pub(crate) unsafe fn recv(fd: c_int, buf: *mut c_void, len: usize, flags: c_int) -> isize {
+pub(super) unsafe fn recv(fd: c_int, buf: *mut c_void, len: usize, flags: c_int) -> isize {
     // SAFETY: recvfrom with a NULL address is recv; the buffer is the caller's contract.
     unsafe {
         libc::syscall(
@@ -33,7 +39,7 @@ pub(crate) unsafe fn recv(fd: c_int, buf: *mut c_void, len: usize, flags: c_int)
 ///
 /// # Safety
 /// As for `recvmsg(2)`: `msg` and every buffer it names must be valid for the call.
-pub(crate) unsafe fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> isize {
+pub(super) unsafe fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) -> isize {
     // SAFETY: the message and its buffers are the caller's contract.
     unsafe { libc::syscall(libc::SYS_recvmsg, fd as c_long, msg, flags as c_long) as isize }
 }
@@ -42,7 +48,7 @@ pub(crate) unsafe fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) ->
 ///
 /// # Safety
 /// As for `sendmsg(2)`: `msg` and every buffer it names must be valid for the call.
-pub(crate) unsafe fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> isize {
+pub(super) unsafe fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> isize {
     // SAFETY: the message and its buffers are the caller's contract.
     unsafe { libc::syscall(libc::SYS_sendmsg, fd as c_long, msg, flags as c_long) as isize }
 }
@@ -52,57 +58,66 @@ mod tests {
     use super::*;
     use std::net::UdpSocket;
     use std::os::fd::AsRawFd;
+    use std::time::{Duration, Instant};
+
+    fn errno() -> Option<i32> {
+        std::io::Error::last_os_error().raw_os_error()
+    }
+
+    /// A message of one iovec over `buf`.
+    fn msg_over(iov: &mut libc::iovec) -> libc::msghdr {
+        // SAFETY: msghdr is plain data; all-zero is valid.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov;
+        msg.msg_iovlen = 1;
+        msg
+    }
 
     #[test]
-    fn plain_calls_send_read_and_report_would_block() {
+    fn flags_reach_the_kernel_and_errors_come_back_as_errno() {
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
         tx.connect(rx.local_addr().unwrap()).unwrap();
+        // A blocking read would wait this long: returning at once proves MSG_DONTWAIT arrived.
+        rx.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let fd = rx.as_raw_fd();
         let mut buf = [0u8; 64];
+
+        let t = Instant::now();
         // SAFETY: buf is 64 writable bytes for the call.
-        let r = unsafe {
-            recv(
-                rx.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                64,
-                libc::MSG_DONTWAIT,
-            )
+        let r = unsafe { recv(fd, buf.as_mut_ptr().cast(), 64, libc::MSG_DONTWAIT) };
+        assert_eq!((r, errno()), (-1, Some(libc::EAGAIN)));
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
         };
-        assert_eq!(r, -1);
-        let e = std::io::Error::last_os_error().raw_os_error();
-        assert_eq!(e, Some(libc::EAGAIN));
+        let mut m = msg_over(&mut iov);
+        // SAFETY: m names one iovec over buf, which lives until the call returns.
+        let r = unsafe { recvmsg(fd, &mut m, libc::MSG_DONTWAIT) };
+        assert_eq!((r, errno()), (-1, Some(libc::EAGAIN)));
+        assert!(t.elapsed() < Duration::from_secs(1), "a read blocked");
 
         let data = *b"hello";
-        let mut iov = libc::iovec {
+        let mut out = libc::iovec {
             iov_base: data.as_ptr() as *mut c_void,
             iov_len: data.len(),
         };
-        // SAFETY: msghdr is plain data; all-zero is valid.
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        // SAFETY: msg names one iovec over `data`, which lives until the call returns.
-        assert_eq!(unsafe { sendmsg(tx.as_raw_fd(), &msg, 0) }, 5);
-        rx.set_read_timeout(Some(std::time::Duration::from_secs(2)))
-            .unwrap();
-        // SAFETY: buf is 64 writable bytes for the call.
-        let r = unsafe { recv(rx.as_raw_fd(), buf.as_mut_ptr().cast(), 64, libc::MSG_TRUNC) };
-        assert_eq!(r, 5);
-        assert_eq!(&buf[..5], b"hello");
+        let sm = msg_over(&mut out);
+        for _ in 0..2 {
+            // SAFETY: sm names one iovec over `data`, only read, which outlives the call.
+            assert_eq!(unsafe { sendmsg(tx.as_raw_fd(), &sm, 0) }, 5);
+        }
+        // MSG_TRUNC: the datagram's whole length comes back although 2 bytes were room.
+        // SAFETY: buf is 64 writable bytes; 2 are offered.
+        let r = unsafe { recv(fd, buf.as_mut_ptr().cast(), 2, libc::MSG_TRUNC) };
+        assert_eq!((r, &buf[..2]), (5, &b"he"[..]));
+        // SAFETY: m's iovec still names buf.
+        let r = unsafe { recvmsg(fd, &mut m, libc::MSG_DONTWAIT | libc::MSG_TRUNC) };
+        assert_eq!((r, &buf[..5]), (5, &b"hello"[..]));
 
-        // SAFETY: as above.
-        assert_eq!(unsafe { sendmsg(tx.as_raw_fd(), &msg, 0) }, 5);
-        let mut back = [0u8; 8];
-        let mut riov = libc::iovec {
-            iov_base: back.as_mut_ptr().cast(),
-            iov_len: back.len(),
-        };
-        // SAFETY: msghdr is plain data; all-zero is valid.
-        let mut rmsg: libc::msghdr = unsafe { std::mem::zeroed() };
-        rmsg.msg_iov = &mut riov;
-        rmsg.msg_iovlen = 1;
-        // SAFETY: rmsg names one iovec over `back`, which lives until the call returns.
-        assert_eq!(unsafe { recvmsg(rx.as_raw_fd(), &mut rmsg, 0) }, 5);
-        assert_eq!(&back[..5], b"hello");
+        // A bad descriptor is an error with its errno, as from the libc wrappers.
+        // SAFETY: the call fails before touching buf (EBADF).
+        let r = unsafe { recv(-1, buf.as_mut_ptr().cast(), 64, libc::MSG_DONTWAIT) };
+        assert_eq!((r, errno()), (-1, Some(libc::EBADF)));
     }
 }

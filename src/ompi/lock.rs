@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use parking_lot::lock_api::{self, GetThreadId, RawMutex as _};
 use parking_lot::RawMutex;
 
-/// The owner's identity for the recursive lock: `pthread_self`, one load from the thread
-/// pointer. parking_lot's default takes the address of a Rust thread-local, which in a
+/// The owner's identity for the recursive lock: `pthread_self`, a libc call that reads the
+/// thread pointer. parking_lot's default takes the address of a Rust thread-local, which in a
 /// dynamically loaded plugin goes through `__tls_get_addr` (about 11 instructions, taken three
 /// times per message of an 8-byte ping-pong while the ACK helper makes the lock live).
 pub struct PthreadId;

@@ -16,7 +16,8 @@
 //! `acker` (ACK helper thread), `log`, `boundary`, `sys` (bindgen).
 //!
 //! Threads: with MPI_THREAD_MULTIPLE, or while the ACK helper thread runs (the default), every
-//! entry point takes one parking_lot `ReentrantMutex`; PML callbacks run under it (as in the C
+//! entry point takes one recursive lock (lock_api's `ReentrantMutex` over parking_lot's
+//! `RawMutex`, its owner named by `pthread_self`); PML callbacks run under it (as in the C
 //! original), so a callback may send on the same thread. The helper never calls Open MPI: it
 //! only lets the core acknowledge, deferring deliveries and completions to the next progress.
 //!

@@ -53,7 +53,8 @@ enum TxState {
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 enum RxState {
-    /// Posted to the provider; where the channel reads its socket, free to be read into.
+    /// Posted to the provider (never on a channel that reads its socket: its free buffers stay
+    /// `Queued`).
     Posted,
     /// Its datagram is with the caller until `repost`.
     Lent,

@@ -37,7 +37,7 @@ pub const INLINE_BACKLOG_LIMIT: usize = 32 << 20;
 
 /// Both channels, in the order every pass serves them: the priority channel first, so that
 /// ACKs and small messages are not kept behind bulk data.
-pub(super) const CHANNELS: [Channel; 2] = [Channel::Priority, Channel::Data];
+const CHANNELS: [Channel; 2] = [Channel::Priority, Channel::Data];
 
 /// Fixed facts about a module, given to the shim for the module struct.
 #[derive(Clone, Debug)]
