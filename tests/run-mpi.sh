@@ -42,6 +42,7 @@ fi
 SELFARGS=()
 [ "${SELFTEST:-0}" = 1 ] && SELFARGS=(-x MPITEST_CORRUPT=1)
 if [ "${FAILTEST:-0}" = 1 ]; then
+    [ "${SELFTEST:-0}" = 1 ] && { echo "error: SELFTEST and FAILTEST exclude each other" >&2; exit 2; }
     make -s -C tests/mpi bin/libfailsend.so >"$BIN_DIR/build-failsend.log" 2>&1 ||
         { cat "$BIN_DIR/build-failsend.log" >&2; echo "0 passed, 1 failed"; exit 1; }
     SELFARGS=(-x LD_PRELOAD="$BIN_DIR/libfailsend.so")

@@ -30,6 +30,8 @@ set -u
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 . tests/mpi/runlib.sh
+# the failing-send shim is preloaded by tests/run-mpi.sh only
+[ "${FAILTEST:-0}" = 1 ] && { echo "error: FAILTEST is a mode of tests/run-mpi.sh only" >&2; exit 2; }
 
 BTL=${BTL:-usnic,self}
 LAYOUTS=${LAYOUTS:-2:1 2:2 3:1}

@@ -186,6 +186,8 @@ static char t_where[200] = "in MPI_Init";
 #define T_WHERE(...) snprintf(t_where, sizeof t_where, __VA_ARGS__)
 static void (*t_where_hook)(char *buf, size_t len); /* extra detail (threads) */
 static int t_armed;
+/* seconds a failed call's MPI_Abort may take before the watchdog exits the rank itself */
+#define T_ABORT_GRACE 30
 
 static void t_alarm(int sig)
 {
@@ -193,9 +195,10 @@ static void t_alarm(int sig)
     char msg[1024], extra[600] = "";
     int inited = 0;
     if (__atomic_exchange_n(&t_ending, 1, __ATOMIC_SEQ_CST)) {
-        /* a failed MPI call already printed this rank's FAIL line, and its MPI_Abort is stuck */
-        int n = snprintf(msg, sizeof msg, "%s rank %d: watchdog: MPI_Abort did not end the job within %u s; exiting\n",
-                         t_name, t_rank, t_timeout);
+        /* a failed MPI call printed this rank's FAIL line and re-armed the alarm, and its
+         * MPI_Abort is stuck */
+        int n = snprintf(msg, sizeof msg, "%s rank %d: watchdog: MPI_Abort did not end the job within %d s; exiting\n",
+                         t_name, t_rank, T_ABORT_GRACE);
         if (n > 0) (void)!write(STDERR_FILENO, msg, (size_t)(n < (int)sizeof msg ? n : (int)sizeof msg - 1));
         _exit(4);
     }
@@ -283,6 +286,8 @@ static void t_mpi_failed(int rc, const char *call, const char *file, int line)
     t_error("%s:%d: %s returned %d (%s)", file, line, call, rc, es);
     if (__atomic_exchange_n(&t_ending, 1, __ATOMIC_SEQ_CST))
         for (;;) pause(); /* another thread (or the watchdog) is ending the job already */
+    /* the watchdog now bounds the abort itself, whatever was left of the program's time */
+    alarm(T_ABORT_GRACE);
     if (t_where_hook) t_where_hook(extra, sizeof extra);
     pthread_mutex_lock(&t_lock);
     if (t_errors > 1)
