@@ -186,6 +186,13 @@ static char t_where[200] = "in MPI_Init";
 #define T_WHERE(...) snprintf(t_where, sizeof t_where, __VA_ARGS__)
 static void (*t_where_hook)(char *buf, size_t len); /* extra detail (threads) */
 static int t_armed;
+
+/* writes the first n of the characters snprintf wanted in a buffer of `room` bytes (at most
+ * room - 1 made it in); write() only, so safe in the watchdog's signal handler */
+static void t_write(int fd, const char *msg, int n, size_t room)
+{
+    if (n > 0) (void)!write(fd, msg, (size_t)n < room ? (size_t)n : room - 1);
+}
 /* seconds a failed call's MPI_Abort may take before the watchdog exits the rank itself */
 #define T_ABORT_GRACE 30
 
@@ -199,7 +206,7 @@ static void t_alarm(int sig)
          * MPI_Abort is stuck */
         int n = snprintf(msg, sizeof msg, "%s rank %d: watchdog: MPI_Abort did not end the job within %d s; exiting\n",
                          t_name, t_rank, T_ABORT_GRACE);
-        if (n > 0) (void)!write(STDERR_FILENO, msg, (size_t)(n < (int)sizeof msg ? n : (int)sizeof msg - 1));
+        t_write(STDERR_FILENO, msg, n, sizeof msg);
         _exit(4);
     }
     if (t_where_hook) t_where_hook(extra, sizeof extra);
@@ -207,7 +214,7 @@ static void t_alarm(int sig)
     int n = snprintf(msg, sizeof msg,
                      "FAIL %s np=%d: watchdog: rank %d (pid %d) still running after %u s (hang?): %s%s; aborting\n",
                      t_name, t_size, t_rank, (int)getpid(), t_timeout, t_where, extra);
-    if (n > 0) (void)!write(STDOUT_FILENO, msg, (size_t)(n < (int)sizeof msg ? n : (int)sizeof msg - 1));
+    t_write(STDOUT_FILENO, msg, n, sizeof msg);
     if (inited) MPI_Abort(MPI_COMM_WORLD, 3);
     _exit(3);
 }
@@ -297,7 +304,7 @@ static void t_mpi_failed(int rc, const char *call, const char *file, int line)
                      "FAIL %s np=%d: rank %d (pid %d): %s:%d: %s returned %d (%s); step: %s%s%s; aborting\n",
                      t_name, t_size, t_rank, (int)getpid(), file, line, call, rc, es, t_where, extra, earlier);
     fflush(stdout);
-    if (n > 0) (void)!write(STDOUT_FILENO, msg, (size_t)(n < (int)sizeof msg ? n : (int)sizeof msg - 1));
+    t_write(STDOUT_FILENO, msg, n, sizeof msg);
     MPI_Abort(MPI_COMM_WORLD, 4);
     _exit(4);
 }
