@@ -320,16 +320,16 @@ mod tests {
         let mut l = s.piece_list();
         l.push((0, Piece::Owned(vec![4])));
         s.give_piece_list(l);
-        assert_eq!(s.by_offset.0.len(), 1);
+        assert_eq!(s.lists_kept(), (1, 0));
         assert!(s.piece_list().is_empty());
         for _ in 0..LIST_COUNT + 3 {
             s.give_pieces(Vec::with_capacity(LIST_ROOM));
         }
-        assert_eq!(s.in_order.0.len(), LIST_COUNT, "the lists are bounded");
+        assert_eq!(s.lists_kept().1, LIST_COUNT, "the lists are bounded");
         let mut t = Spares::default();
         t.give_pieces(Vec::with_capacity(1));
         t.give_pieces(Vec::with_capacity(100 * LIST_ROOM));
-        assert!(t.in_order.0.is_empty(), "lists of odd sizes are not kept");
+        assert_eq!(t.lists_kept(), (0, 0), "lists of odd sizes are not kept");
     }
 
     #[test]
