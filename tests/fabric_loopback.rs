@@ -178,9 +178,54 @@ fn measured_datagram_limit_on_lo() {
     }
 }
 
+/// `lo` with sends left to the provider (`btl_usnic_gso 0`).
+fn lo_provider_sends() -> FabricConfig {
+    FabricConfig {
+        gso: false,
+        ..lo_cfg()
+    }
+}
+
 #[test]
-fn datagrams_within_the_inject_size_are_injected_and_longer_ones_complete() {
+fn sent_on_the_socket_every_buffer_is_free_at_once_and_no_completion_follows() {
     let cfg = lo_cfg();
+    let dev = lo(&cfg);
+    let mut a = Module::open(&dev, &cfg).unwrap();
+    let mut b = Module::open(&dev, &cfg).unwrap();
+    let to_b = a.insert_peer(&b.local_address()).unwrap();
+    let mtu = a.channel_mtu(Channel::Data);
+    let mut out = Vec::new();
+    // Longer than the provider's inject size too, and gathered: 65507 bytes on `lo`.
+    for (ch, head, body) in [
+        (Channel::Priority, 768, 0),
+        (Channel::Data, 0, 0),
+        (Channel::Data, mtu, 0),
+        (Channel::Data, 40, mtu - 40),
+    ] {
+        let free = a.tx_available(ch);
+        let d = pattern(head + body, 5);
+        let (id, buf) = a.tx_buffer(ch).unwrap();
+        buf[..head].copy_from_slice(&d[..head]);
+        let posted = if body == 0 {
+            a.post_send(ch, id, head, &to_b)
+        } else {
+            a.post_send_gather(ch, id, head, [&d[head..], &[]], &to_b)
+        };
+        assert_eq!(posted.unwrap(), Posted::Done, "{ch:?} {head}+{body}");
+        assert_eq!(
+            a.tx_available(ch),
+            free,
+            "{ch:?} {head}+{body}: free at once"
+        );
+        expect_datagram(&mut b, ch, &d);
+        a.poll(ch, 8, &mut out).unwrap();
+        assert!(out.is_empty(), "{ch:?}: no completion follows: {out:?}");
+    }
+}
+
+#[test]
+fn through_the_provider_datagrams_within_the_inject_size_are_injected_and_longer_ones_complete() {
+    let cfg = lo_provider_sends();
     let dev = lo(&cfg);
     let mut a = Module::open(&dev, &cfg).unwrap();
     let mut b = Module::open(&dev, &cfg).unwrap();
@@ -299,9 +344,10 @@ fn oversized_datagram_is_an_error_completion_not_a_crash() {
 
 #[test]
 fn credits_run_out_and_come_back() {
+    // Sends through the provider: these keep their credits until their completions.
     let cfg = FabricConfig {
         sd_num: 4,
-        ..lo_cfg()
+        ..lo_provider_sends()
     };
     let dev = lo(&cfg);
     let mut a = Module::open(&dev, &cfg).unwrap();
@@ -529,12 +575,21 @@ fn registration_and_prefix_paths_work_when_a_provider_asks() {
 
 #[test]
 fn gathered_send_arrives_as_one_datagram() {
-    let cfg = lo_cfg();
-    let dev = lo(&cfg);
-    let mut a = Module::open(&dev, &cfg).unwrap();
-    let mut b = Module::open(&dev, &cfg).unwrap();
+    // On the socket, and by the provider (udp's iov_limit is 4).
+    for (cfg, want) in [
+        (lo_cfg(), Posted::Done),
+        (lo_provider_sends(), Posted::Pending),
+    ] {
+        gathered_sends(&cfg, want);
+    }
+}
+
+fn gathered_sends(cfg: &FabricConfig, want: Posted) {
+    let dev = lo(cfg);
+    let mut a = Module::open(&dev, cfg).unwrap();
+    let mut b = Module::open(&dev, cfg).unwrap();
     let to_b = a.insert_peer(&b.local_address()).unwrap();
-    assert!(a.can_gather(Channel::Data), "udp gathers (iov_limit 4)");
+    assert!(a.can_gather(Channel::Data));
     let mtu = a.channel_mtu(Channel::Data);
     for (head, p, q) in [(40, 5000, 0), (56, 0, 100), (40, 30_000, mtu - 30_040)] {
         let d = pattern(head + p + q, 3);
@@ -544,11 +599,7 @@ fn gathered_send_arrives_as_one_datagram() {
         let posted = a
             .post_send_gather(Channel::Data, id, head, body, &to_b)
             .expect("post_send_gather");
-        assert_eq!(
-            posted,
-            Posted::Pending,
-            "65507-byte datagrams are not batched"
-        );
+        assert_eq!(posted, want, "65507-byte datagrams are not batched");
         expect_datagram(&mut b, Channel::Data, &d);
     }
     // One byte over the MTU is refused before libfabric, and the buffer stays the caller's.

@@ -31,8 +31,9 @@ pub struct FabricConfig {
     /// Keep loopback interfaces (`lo`) even when `if_include` does not name them. Default false:
     /// same-host peers reach each other through any interface address anyway.
     pub include_loopback: bool,
-    /// Send runs of full data-channel datagrams to one peer with one system call (`udp`
-    /// provider, `UDP_SEGMENT`; `gso.rs`). Default true.
+    /// Send on the sockets directly (`udp` provider): each datagram with one system call of
+    /// our own, and runs of full data-channel datagrams to one peer with one (`UDP_SEGMENT`;
+    /// `gso.rs`). Default true.
     pub gso: bool,
     /// Read the sockets directly, not through the provider, and runs of data-channel
     /// datagrams with one system call (`udp` provider, `UDP_GRO`; `gro.rs`). Default true.

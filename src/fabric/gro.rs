@@ -283,7 +283,8 @@ fn gso_size(msg: &libc::msghdr) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::gso::{Batch, Dest};
+    use super::super::gso::Batch;
+    use super::super::socket::Dest;
     use super::*;
     use std::net::UdpSocket;
     use std::os::fd::AsRawFd;

@@ -12,8 +12,7 @@
 //!
 //! libfabric offers no such call, so the batch goes out on the `udp` provider's own socket
 //! (found by its bound address, as in `sockbuf.rs`): the peer sees the usual source address.
-use super::error::last_errno;
-use super::socket;
+use super::socket::{self, Dest};
 use super::sys;
 use std::os::fd::RawFd;
 
@@ -21,36 +20,6 @@ use std::os::fd::RawFd;
 pub(crate) const MAX_BATCH_BYTES: usize = 65507;
 /// The kernel refuses more segments than this per send (`UDP_MAX_SEGMENTS`, 64 before 6.x).
 const MAX_SEGMENTS: usize = 64;
-
-/// Where a batch goes: IPv4 address and UDP port, both in network byte order.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct Dest {
-    pub ip: u32,
-    pub port: u16,
-}
-
-impl Dest {
-    /// Where a test's socket is bound.
-    #[cfg(test)]
-    pub(crate) fn of(s: &std::net::UdpSocket) -> Dest {
-        let std::net::SocketAddr::V4(a) = s.local_addr().unwrap() else {
-            panic!("not IPv4")
-        };
-        Dest {
-            ip: u32::from(*a.ip()).to_be(),
-            port: a.port().to_be(),
-        }
-    }
-
-    fn sockaddr(self) -> libc::sockaddr_in {
-        libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: self.port,
-            sin_addr: libc::in_addr { s_addr: self.ip },
-            sin_zero: [0; 8],
-        }
-    }
-}
 
 /// Why a flush did not send its batch.
 #[derive(Debug, PartialEq, Eq)]
@@ -192,7 +161,7 @@ impl Batch {
             return Ok(());
         };
         match self.send_batch(to) {
-            Err(e) if e == libc::EAGAIN || e == libc::ENOBUFS => Err(FlushError::WouldBlock),
+            Err(e) if socket::is_full(e) => Err(FlushError::WouldBlock),
             Err(e) if self.count > 1 && unsupported_here(e) => {
                 // The route cannot segment (a smaller path MTU, IPsec): one send per
                 // datagram still delivers this batch (any that fails is lost like on a wire).
@@ -278,45 +247,11 @@ fn supported(fd: RawFd) -> bool {
 /// One `sendmsg` of `bytes` to `to`, cut into datagrams of `seg` bytes by the kernel when
 /// `seg` is given. Returns the errno on failure.
 fn send(fd: RawFd, bytes: &[u8], seg: Option<usize>, to: Dest) -> Result<(), i32> {
-    let mut sa = to.sockaddr();
-    let mut iov = libc::iovec {
+    let iov = libc::iovec {
         iov_base: bytes.as_ptr() as *mut libc::c_void,
         iov_len: bytes.len(),
     };
-    // Room for one control message holding a u16, aligned as cmsghdr wants.
-    let mut control = [0u64; 4];
-    // SAFETY: msghdr is plain data; all-zero is valid.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_name = (&mut sa as *mut libc::sockaddr_in).cast();
-    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    if let Some(seg) = seg {
-        let size = std::mem::size_of::<u16>() as u32;
-        // SAFETY: CMSG_SPACE is a pure size computation.
-        let space = unsafe { libc::CMSG_SPACE(size) } as usize;
-        debug_assert!(space <= std::mem::size_of_val(&control));
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = space;
-        // SAFETY: msg_control points at `space` zeroed, 8-aligned bytes, enough for one
-        // cmsghdr with a u16 (checked above), so CMSG_FIRSTHDR is that buffer and CMSG_DATA
-        // lies inside it.
-        unsafe {
-            let c = libc::CMSG_FIRSTHDR(&msg);
-            (*c).cmsg_level = sys::SOL_UDP as libc::c_int;
-            (*c).cmsg_type = sys::UDP_SEGMENT as libc::c_int;
-            (*c).cmsg_len = libc::CMSG_LEN(size) as usize;
-            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg as u16);
-        }
-    }
-    // SAFETY: msg describes a valid address, one iovec over `bytes` (only read) and, if set,
-    // a control buffer that lives until the call returns; fd is the provider's socket, which
-    // outlives the endpoint that owns this batch.
-    let r = unsafe { socket::sendmsg(fd, &msg, 0) };
-    if r < 0 {
-        return Err(last_errno());
-    }
-    Ok(())
+    socket::send_to(fd, &[iov], seg, to)
 }
 
 #[cfg(test)]

@@ -16,7 +16,10 @@
 //!   network order) and addressed through a [`PeerAddr`] (one `fi_addr_t` per channel).
 //! - Send: [`Module::tx_buffer`] lends a buffer, [`Module::post_send`] sends it; any error
 //!   (including `-FI_EAGAIN`, [`FabricError::is_would_block`]) leaves it with the caller, who
-//!   retries or gives it back with [`Module::release_tx`]. Its [`Completion::SendDone`] frees it.
+//!   retries or gives it back with [`Module::release_tx`]. Its [`Completion::SendDone`] frees it,
+//!   unless `post_send` said [`Posted::Done`]: the udp provider's channels send on its socket
+//!   themselves (`FabricConfig::gso`), other providers inject short datagrams, and the buffer is
+//!   free at once.
 //!   Where the data channel batches (`udp` with datagrams small enough that two share one
 //!   send, `gso.rs`), [`Module::batch_slot`] lends the space behind the batch instead, the
 //!   datagram is written there in place and [`Module::commit_batched`] adds it (done at once,

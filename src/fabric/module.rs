@@ -5,7 +5,7 @@ use super::device::DeviceInfo;
 use super::error::{check, FabricError};
 use super::fault::{FaultConfig, FaultStats, Faults};
 use super::fid::Fid;
-use super::gso::Dest;
+use super::socket::Dest;
 use super::sys;
 use crate::proto::Channel;
 use std::net::Ipv4Addr;
@@ -290,16 +290,18 @@ impl Module {
 
         let udp = dev.provider == "udp";
         // Tiny datagrams gain nothing from batching; runs of full ones do. Both channels read
-        // their sockets themselves.
+        // and send on their sockets themselves.
         let (tiny, bulk) = (
             SocketUse {
                 tune: udp,
+                send: udp && cfg.gso,
                 batch: false,
                 read: udp && cfg.gro,
                 runs: false,
             },
             SocketUse {
                 tune: udp,
+                send: udp && cfg.gso,
                 batch: udp && cfg.gso,
                 read: udp && cfg.gro,
                 runs: true,
@@ -373,8 +375,9 @@ impl Module {
         self.channels[ch(c)].rx_count()
     }
 
-    /// Longest datagram of channel `c` that `post_send` injects (`Posted::Done`) when no
-    /// fault injector is set: the provider's inject size less the message prefix.
+    /// Longest datagram of channel `c` that `post_send` injects (`Posted::Done`) when it goes
+    /// through the provider and no fault injector is set: the provider's inject size less the
+    /// message prefix.
     pub fn inject_limit(&self, c: Channel) -> usize {
         self.channels[ch(c)].inject_limit()
     }
@@ -489,9 +492,10 @@ impl Module {
     /// Send the first `len` bytes of send buffer `buf` to `to` on channel `ch`.
     /// On any `Err` nothing was sent and the caller still owns the buffer; `e.is_would_block()`
     /// (`-FI_EAGAIN`: socket or CQ full) means retry after `poll`. `len` larger than the
-    /// channel MTU is refused with `FI_EMSGSIZE` before reaching libfabric. Datagrams within
-    /// the provider's inject size are `Posted::Done` at once (never with a fault injector set,
-    /// which holds and replays buffers).
+    /// channel MTU is refused with `FI_EMSGSIZE` before reaching libfabric. Datagrams sent on
+    /// the socket (udp with `FabricConfig::gso`), and else those within the provider's inject
+    /// size, are `Posted::Done` at once (never with a fault injector set, which holds and
+    /// replays buffers).
     pub fn post_send(
         &mut self,
         c: Channel,
@@ -516,7 +520,7 @@ impl Module {
         if res.batching() {
             return res.post_batched(buf, len, [&[], &[]], to.dest[ch(c)], to.fi_addr(c));
         }
-        res.post_send(buf, len, to.fi_addr(c))
+        res.post_send(buf, len, to.dest[ch(c)], to.fi_addr(c))
     }
 
     /// Whether `post_send_gather` works on channel `c`: the provider gathers, needs no
@@ -547,7 +551,7 @@ impl Module {
         if res.batching() {
             return res.post_batched(buf, len, body, to.dest[ch(c)], to.fi_addr(c));
         }
-        res.post_send_gather(buf, len, body, to.fi_addr(c))
+        res.post_send_gather(buf, len, body, to.dest[ch(c)], to.fi_addr(c))
     }
 
     /// Room for the next datagram of channel `c`'s batch, written in place and then sent by

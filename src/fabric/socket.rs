@@ -1,5 +1,5 @@
-//! The socket calls of the channels that read and batch on the provider's socket themselves,
-//! made as plain system calls.
+//! The socket calls of the channels that read, batch and send on the provider's socket
+//! themselves, made as plain system calls.
 //!
 //! glibc's `recv`, `recvmsg` and `sendmsg` are cancellation points: in a process with threads
 //! (Open MPI's own and the ACK helper) each call brackets the system call with
@@ -11,10 +11,50 @@
 //!
 //! This assumes the provider's socket is a plain kernel socket: a library that accelerates
 //! sockets by hooking libc's socket calls through `LD_PRELOAD` (libvma, OpenOnload) would not
-//! see these calls. Such a setup takes `btl_usnic_gro 0` and `btl_usnic_gso 0`, which leave
+//! see these calls. Such a setup takes `btl_usnic_gso 0` and `btl_usnic_gro 0`, which leave
 //! reads and sends to the provider.
+use super::error::last_errno;
+use super::sys;
+use std::os::fd::RawFd;
 use std::os::raw::{c_int, c_long, c_void};
 use std::ptr::null_mut;
+
+/// Where a datagram goes: IPv4 address and UDP port, both in network byte order.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct Dest {
+    pub ip: u32,
+    pub port: u16,
+}
+
+impl Dest {
+    /// Where a test's socket is bound.
+    #[cfg(test)]
+    pub(crate) fn of(s: &std::net::UdpSocket) -> Dest {
+        let std::net::SocketAddr::V4(a) = s.local_addr().unwrap() else {
+            panic!("not IPv4")
+        };
+        Dest {
+            ip: u32::from(*a.ip()).to_be(),
+            port: a.port().to_be(),
+        }
+    }
+
+    fn sockaddr(self) -> libc::sockaddr_in {
+        libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: self.port,
+            sin_addr: libc::in_addr { s_addr: self.ip },
+            sin_zero: [0; 8],
+        }
+    }
+}
+
+impl std::fmt::Display for Dest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ip = std::net::Ipv4Addr::from(u32::from_be(self.ip));
+        write!(f, "{ip}:{}", u16::from_be(self.port))
+    }
+}
 
 /// `recv(fd, buf, len, flags)`.
 ///
@@ -51,6 +91,57 @@ pub(super) unsafe fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) ->
 pub(super) unsafe fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> isize {
     // SAFETY: the message and its buffers are the caller's contract.
     unsafe { libc::syscall(libc::SYS_sendmsg, fd as c_long, msg, flags as c_long) as isize }
+}
+
+/// Whether a send's errno says the socket's send buffer is full for now: retry after progress.
+pub(crate) fn is_full(errno: i32) -> bool {
+    errno == libc::EAGAIN || errno == libc::ENOBUFS
+}
+
+/// One `sendmsg` to `to` of the bytes `iov` gathers: one datagram, or, with `seg`, datagrams of
+/// `seg` bytes the kernel cuts them into (`UDP_SEGMENT`). Never blocks (`MSG_DONTWAIT`); returns
+/// the errno on failure.
+pub(super) fn send_to(
+    fd: RawFd,
+    iov: &[libc::iovec],
+    seg: Option<usize>,
+    to: Dest,
+) -> Result<(), i32> {
+    let mut sa = to.sockaddr();
+    // Room for one control message holding a u16, aligned as cmsghdr wants.
+    let mut control = [0u64; 4];
+    // SAFETY: msghdr is plain data; all-zero is valid.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = (&mut sa as *mut libc::sockaddr_in).cast();
+    msg.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = iov.len();
+    if let Some(seg) = seg {
+        let size = std::mem::size_of::<u16>() as u32;
+        // SAFETY: CMSG_SPACE is a pure size computation.
+        let space = unsafe { libc::CMSG_SPACE(size) } as usize;
+        debug_assert!(space <= std::mem::size_of_val(&control));
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space;
+        // SAFETY: msg_control points at `space` zeroed, 8-aligned bytes, enough for one
+        // cmsghdr with a u16 (checked above), so CMSG_FIRSTHDR is that buffer and CMSG_DATA
+        // lies inside it.
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = sys::SOL_UDP as libc::c_int;
+            (*c).cmsg_type = sys::UDP_SEGMENT as libc::c_int;
+            (*c).cmsg_len = libc::CMSG_LEN(size) as usize;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg as u16);
+        }
+    }
+    // SAFETY: msg describes a valid address, the caller's iovecs (only read by the kernel)
+    // and, if set, a control buffer that lives until the call returns; the caller's fd is the
+    // provider's socket, which outlives the endpoint that sends on it.
+    let r = unsafe { sendmsg(fd, &msg, libc::MSG_DONTWAIT) };
+    if r < 0 {
+        return Err(last_errno());
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -119,5 +210,30 @@ mod tests {
         // SAFETY: the call fails before touching buf (EBADF).
         let r = unsafe { recv(-1, buf.as_mut_ptr().cast(), 64, libc::MSG_DONTWAIT) };
         assert_eq!((r, errno()), (-1, Some(libc::EBADF)));
+    }
+
+    #[test]
+    fn send_to_gathers_one_datagram_and_reports_the_kernels_errno() {
+        let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let (head, body) = (*b"head:", *b"body");
+        let iov = [&head[..], &body[..]].map(|p| libc::iovec {
+            iov_base: p.as_ptr() as *mut c_void,
+            iov_len: p.len(),
+        });
+        assert_eq!(send_to(tx.as_raw_fd(), &iov, None, Dest::of(&rx)), Ok(()));
+        let mut buf = [0u8; 64];
+        let n = rx.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"head:body");
+        // Broadcast without SO_BROADCAST: the kernel refuses it.
+        let bcast = Dest {
+            ip: u32::MAX,
+            port: 9u16.to_be(),
+        };
+        assert_eq!(
+            send_to(tx.as_raw_fd(), &iov, None, bcast),
+            Err(libc::EACCES)
+        );
+        assert_eq!(bcast.to_string(), "255.255.255.255:9");
     }
 }

@@ -109,7 +109,7 @@ pub struct Settings {
     pub lent_copy_limit: usize,
     /// Emulated RDMA offered to the PML: (PUT, GET).
     pub rdma: (bool, bool),
-    /// Batched data-channel sends (`fabric/gso.rs`).
+    /// Sends on the sockets directly, data-channel datagrams in runs (`fabric/gso.rs`).
     pub gso: bool,
     /// Sockets read directly, data-channel datagrams in runs (`fabric/gro.rs`).
     pub gro: bool,

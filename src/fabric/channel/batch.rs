@@ -4,8 +4,9 @@
 
 use super::{ChannelRes, TxState};
 use crate::fabric::error::{strerror, FabricError};
-use crate::fabric::gso::{Dest, FlushError};
+use crate::fabric::gso::FlushError;
 use crate::fabric::module::{BufId, Posted};
+use crate::fabric::socket::Dest;
 use crate::fabric::sys;
 
 impl ChannelRes {
@@ -48,12 +49,12 @@ impl ChannelRes {
         let alone = total < self.mtu && self.batch.as_ref().is_some_and(|b| b.len() == 0);
         let Some(batch) = self.batch.as_mut().filter(|_| !alone) else {
             // A short datagram with nothing before it gains nothing from a batch: it goes
-            // the provider's way, without the copy (a 1 KiB ping-pong across hosts read
-            // 6.6-7.0 us either way). Also where batching stopped during that flush.
+            // alone, without the copy (a 1 KiB ping-pong across hosts read 6.6-7.0 us either
+            // way). Also where batching stopped during that flush.
             return if body.iter().all(|b| b.is_empty()) {
-                self.post_send(buf, len, fi_addr)
+                self.post_send(buf, len, to, fi_addr)
             } else {
-                self.post_send_gather(buf, len, body, fi_addr)
+                self.post_send_gather(buf, len, body, to, fi_addr)
             };
         };
         // SAFETY: buffer i is lent (checked_tx): nothing else reads or writes it, and

@@ -17,6 +17,7 @@ use super::fid::Fid;
 use super::gro::Gro;
 use super::gso::Batch;
 use super::sys;
+use std::os::fd::RawFd;
 use std::os::raw::c_void;
 
 /// What the edge does with the endpoint's socket (`udp` provider only: others have none).
@@ -24,6 +25,8 @@ use std::os::raw::c_void;
 pub(crate) struct SocketUse {
     /// Size its buffers (`sockbuf.rs`).
     pub tune: bool,
+    /// Send on it ourselves, one system call per datagram (`send.rs`).
+    pub send: bool,
     /// Batch sends (`gso.rs`).
     pub batch: bool,
     /// Read the socket itself instead of through the provider (`gro.rs`).
@@ -109,6 +112,10 @@ pub(crate) struct ChannelRes {
     pub(crate) name: libc::sockaddr_in,
     /// (SO_RCVBUF, SO_SNDBUF) of the endpoint's socket after sizing (udp provider only).
     pub(crate) socket_buffers: Option<(usize, usize)>,
+    /// The provider's socket where the channel sends on it itself (udp provider): the
+    /// provider's `fi_inject` and `fi_send` make the same system call behind its own checks,
+    /// address lookup and (for `fi_send`) a completion to read back.
+    send_socket: Option<RawFd>,
     /// Datagrams waiting to leave together in one system call (udp provider, `gso.rs`).
     batch: Option<Batch>,
     /// Reads the socket itself (udp provider, `gro.rs`), in runs of datagrams or one at a

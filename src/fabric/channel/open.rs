@@ -104,6 +104,7 @@ impl ChannelRes {
         // into our own buffers) need neither a message prefix nor registration; providers
         // that ask for them get no socket here anyway.
         let raw = socket.filter(|_| prefix == 0 && !need_mr);
+        let send_socket = raw.filter(|_| socket_use.send);
         let batch = raw
             .filter(|_| socket_use.batch)
             .and_then(|fd| Batch::new(fd, sizes.mtu));
@@ -162,6 +163,7 @@ impl ChannelRes {
             mtu: sizes.mtu,
             name,
             socket_buffers,
+            send_socket,
             batch,
             gro,
             provider_sends: 0,

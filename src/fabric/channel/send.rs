@@ -1,11 +1,13 @@
-//! The send path through the provider: send buffers lent and given back (one per send
-//! credit), `fi_inject` / `fi_send` / `fi_sendv` of them, and the fault injector's hooks on
-//! them. Sends that bypass the provider through the batch are in `batch.rs`.
+//! The send path of one datagram: send buffers lent and given back (one per send credit),
+//! sent on the provider's socket by the channel itself (udp) or by `fi_inject` / `fi_send` /
+//! `fi_sendv`, and the fault injector's hooks on them. Batched sends are in `batch.rs`.
 
 use super::{context, ChannelRes, TxState};
 use crate::fabric::error::FabricError;
 use crate::fabric::module::{BufId, Posted};
+use crate::fabric::socket::{self, Dest};
 use crate::fabric::sys;
+use std::os::fd::RawFd;
 use std::os::raw::c_void;
 
 impl ChannelRes {
@@ -65,20 +67,72 @@ impl ChannelRes {
         }
     }
 
-    /// Datagrams that fit the provider's inject size go by `fi_inject`: for the udp provider
-    /// that skips its CQ lock, the completion it writes, and our read of that completion
-    /// (which, found alone, made the next `fi_cq_read` one more `recvmsg` in a ping-pong).
+    /// Sends the first `len` bytes of lent buffer `buf` to `to` (`fi_addr` in the AV). Where the
+    /// channel sends on the socket itself, and else for datagrams that fit the provider's
+    /// inject size (`fi_inject`), the buffer is free again at once (`Posted::Done`): that
+    /// skips the provider's CQ lock, the completion it writes, and our read of it (which,
+    /// found alone, made the next `fi_cq_read` one more `recvmsg` in a ping-pong).
     pub(crate) fn post_send(
         &mut self,
         buf: BufId,
         len: usize,
-        to: sys::fi_addr_t,
+        to: Dest,
+        fi_addr: sys::fi_addr_t,
     ) -> Result<Posted, FabricError> {
         let i = self.checked_tx(buf, len)?;
-        if self.prefix + len <= self.inject_size {
-            return self.inject_index(i, len, to);
+        if let Some(fd) = self.send_socket {
+            return self.send_on_socket(fd, i, len, [&[], &[]], to);
         }
-        self.send_index(i, len, to).map(|()| Posted::Pending)
+        if self.prefix + len <= self.inject_size {
+            return self.inject_index(i, len, fi_addr);
+        }
+        self.send_index(i, len, fi_addr).map(|()| Posted::Pending)
+    }
+
+    /// One `sendmsg` on the provider's socket of lent buffer `i`'s first `len` bytes and
+    /// `body`: the kernel has the datagram when it returns, so the buffer is free again and
+    /// no completion follows. A full socket is `-FI_EAGAIN` (the caller keeps the buffer and
+    /// retries after progress); any other error is `-errno`, as the provider reports it.
+    fn send_on_socket(
+        &mut self,
+        fd: RawFd,
+        i: usize,
+        len: usize,
+        body: [&[u8]; 2],
+        to: Dest,
+    ) -> Result<Posted, FabricError> {
+        let mut iov = [libc::iovec {
+            iov_base: self.tx.at(i).cast(),
+            iov_len: len,
+        }; 3];
+        let mut count = 1;
+        for piece in body.iter().filter(|p| !p.is_empty()) {
+            iov[count] = libc::iovec {
+                iov_base: piece.as_ptr() as *mut c_void,
+                iov_len: piece.len(),
+            };
+            count += 1;
+        }
+        // Buffer i is lent (checked_tx) and, the socket being used only without a prefix, its
+        // datagram starts at its first byte; the kernel reads it and the body during the call.
+        match socket::send_to(fd, &iov[..count], None, to) {
+            Ok(()) => {
+                self.tx_state[i] = TxState::Free;
+                self.tx_free.push(i as u32);
+                Ok(Posted::Done)
+            }
+            Err(e) if socket::is_full(e) => {
+                Err(FabricError::from_ret("sendmsg", -(sys::FI_EAGAIN as i64)))
+            }
+            Err(e) => Err(FabricError::with_detail(
+                "sendmsg",
+                -i64::from(e),
+                format_args!(
+                    "{} bytes to {to}",
+                    iov[..count].iter().map(|v| v.iov_len).sum::<usize>()
+                ),
+            )),
+        }
     }
 
     /// `fi_inject` of buffer `i`: on success the provider has copied it, no completion follows
@@ -164,11 +218,13 @@ impl ChannelRes {
         Ok(())
     }
 
-    /// Whether `post_send_gather` may be used: the provider gathers three buffers, and needs no
-    /// registration (a body lies in memory we never registered); or sends are batched, which
-    /// copies the body into the batch.
+    /// Whether `post_send_gather` may be used: the channel sends on the socket itself, or the
+    /// provider gathers three buffers and needs no registration (a body lies in memory we
+    /// never registered); or sends are batched, which copies the body into the batch.
     pub(crate) fn can_gather(&self) -> bool {
-        (self.iov_limit >= 3 && self.mrs.is_empty()) || self.batch.is_some()
+        self.send_socket.is_some()
+            || (self.iov_limit >= 3 && self.mrs.is_empty())
+            || self.batch.is_some()
     }
 
     /// The index of lent send buffer `buf` and the length of the datagram its first `len`
@@ -183,16 +239,20 @@ impl ChannelRes {
         Ok((self.checked_tx(buf, total)?, total))
     }
 
-    /// `fi_sendv` of the first `len` bytes of lent send buffer `buf` followed by `body`, as one
-    /// datagram of at most the MTU. Only where `can_gather`.
+    /// The first `len` bytes of lent send buffer `buf` followed by `body`, as one datagram of
+    /// at most the MTU, sent on the socket or by `fi_sendv`. Only where `can_gather`.
     pub(crate) fn post_send_gather(
         &mut self,
         buf: BufId,
         len: usize,
         body: [&[u8]; 2],
-        to: sys::fi_addr_t,
+        to: Dest,
+        fi_addr: sys::fi_addr_t,
     ) -> Result<Posted, FabricError> {
         let (i, total) = self.checked_gather(buf, len, body)?;
+        if let Some(fd) = self.send_socket {
+            return self.send_on_socket(fd, i, len, body, to);
+        }
         if !self.can_gather() {
             return Err(FabricError {
                 call: "post_send_gather",
@@ -227,11 +287,11 @@ impl ChannelRes {
                 iov.as_ptr(),
                 std::ptr::null_mut(),
                 count,
-                to,
+                fi_addr,
                 context(i, false),
             )
         };
-        self.posted(i, ret, "fi_sendv", total, to)
+        self.posted(i, ret, "fi_sendv", total, fi_addr)
             .map(|()| Posted::Pending)
     }
 

@@ -166,7 +166,7 @@ impl ModuleState {
     ) -> bool {
         match r {
             Ok(Posted::Pending) => true,
-            // Injected: no completion will give the credit back.
+            // Sent on the socket or injected: no completion will give the credit back.
             Ok(Posted::Done) => {
                 self.engine.handle_send_complete(ch);
                 true
