@@ -98,6 +98,30 @@ pub(crate) fn is_full(errno: i32) -> bool {
     errno == libc::EAGAIN || errno == libc::ENOBUFS
 }
 
+/// One `sendto` of `bytes` to `to`, as one datagram: `send_to` without the message to build.
+/// Never blocks (`MSG_DONTWAIT`); returns the errno on failure.
+pub(super) fn send_one(fd: RawFd, bytes: &[u8], to: Dest) -> Result<(), i32> {
+    let sa = to.sockaddr();
+    // SAFETY: bytes is readable for its length and sa is a sockaddr_in of the length given,
+    // both for the call only; the caller's fd is the provider's socket, which outlives the
+    // endpoint that sends on it.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_sendto,
+            fd as c_long,
+            bytes.as_ptr(),
+            bytes.len(),
+            libc::MSG_DONTWAIT as c_long,
+            &sa as *const libc::sockaddr_in,
+            std::mem::size_of::<libc::sockaddr_in>() as c_long,
+        )
+    };
+    if r < 0 {
+        return Err(last_errno());
+    }
+    Ok(())
+}
+
 /// One `sendmsg` to `to` of the bytes `iov` gathers: one datagram, or, with `seg`, datagrams of
 /// `seg` bytes the kernel cuts them into (`UDP_SEGMENT`). Never blocks (`MSG_DONTWAIT`); returns
 /// the errno on failure.
@@ -213,7 +237,7 @@ mod tests {
     }
 
     #[test]
-    fn send_to_gathers_one_datagram_and_reports_the_kernels_errno() {
+    fn sends_arrive_whole_and_report_the_kernels_errno() {
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
         let (head, body) = (*b"head:", *b"body");
@@ -225,6 +249,9 @@ mod tests {
         let mut buf = [0u8; 64];
         let n = rx.recv(&mut buf).unwrap();
         assert_eq!(&buf[..n], b"head:body");
+        assert_eq!(send_one(tx.as_raw_fd(), b"one", Dest::of(&rx)), Ok(()));
+        let n = rx.recv(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"one");
         // Broadcast without SO_BROADCAST: the kernel refuses it.
         let bcast = Dest {
             ip: u32::MAX,
@@ -234,6 +261,7 @@ mod tests {
             send_to(tx.as_raw_fd(), &iov, None, bcast),
             Err(libc::EACCES)
         );
+        assert_eq!(send_one(tx.as_raw_fd(), b"x", bcast), Err(libc::EACCES));
         assert_eq!(bcast.to_string(), "255.255.255.255:9");
     }
 }

@@ -89,7 +89,7 @@ impl ChannelRes {
         self.send_index(i, len, fi_addr).map(|()| Posted::Pending)
     }
 
-    /// One `sendmsg` on the provider's socket of lent buffer `i`'s first `len` bytes and
+    /// One system call on the provider's socket for lent buffer `i`'s first `len` bytes and
     /// `body`: the kernel has the datagram when it returns, so the buffer is free again and
     /// no completion follows. A full socket is `-FI_EAGAIN` (the caller keeps the buffer and
     /// retries after progress); any other error is `-errno`, as the provider reports it.
@@ -101,36 +101,32 @@ impl ChannelRes {
         body: [&[u8]; 2],
         to: Dest,
     ) -> Result<Posted, FabricError> {
-        let mut iov = [libc::iovec {
-            iov_base: self.tx.at(i).cast(),
-            iov_len: len,
-        }; 3];
-        let mut count = 1;
-        for piece in body.iter().filter(|p| !p.is_empty()) {
-            iov[count] = libc::iovec {
-                iov_base: piece.as_ptr() as *mut c_void,
-                iov_len: piece.len(),
-            };
-            count += 1;
-        }
-        // Buffer i is lent (checked_tx) and, the socket being used only without a prefix, its
-        // datagram starts at its first byte; the kernel reads it and the body during the call.
-        match socket::send_to(fd, &iov[..count], None, to) {
+        // SAFETY: buffer i is lent (checked_tx), so nothing else writes it, and len <= its
+        // size; the socket is used only without a prefix, so its datagram starts there.
+        let head = unsafe { std::slice::from_raw_parts(self.tx.at(i), len) };
+        let (call, sent) = if body.iter().all(|b| b.is_empty()) {
+            ("sendto", socket::send_one(fd, head, to))
+        } else {
+            // Empty pieces are empty iovecs, which the kernel skips.
+            let iov = [head, body[0], body[1]].map(|p| libc::iovec {
+                iov_base: p.as_ptr() as *mut c_void,
+                iov_len: p.len(),
+            });
+            ("sendmsg", socket::send_to(fd, &iov, None, to))
+        };
+        match sent {
             Ok(()) => {
                 self.tx_state[i] = TxState::Free;
                 self.tx_free.push(i as u32);
                 Ok(Posted::Done)
             }
             Err(e) if socket::is_full(e) => {
-                Err(FabricError::from_ret("sendmsg", -(sys::FI_EAGAIN as i64)))
+                Err(FabricError::from_ret(call, -(sys::FI_EAGAIN as i64)))
             }
             Err(e) => Err(FabricError::with_detail(
-                "sendmsg",
+                call,
                 -i64::from(e),
-                format_args!(
-                    "{} bytes to {to}",
-                    iov[..count].iter().map(|v| v.iov_len).sum::<usize>()
-                ),
+                format_args!("{} bytes to {to}", len + body[0].len() + body[1].len()),
             )),
         }
     }
