@@ -418,39 +418,45 @@ record_skip() {  # scenario config bench reason
 # the machine's load spread over every configuration. A (config, bench) pair that fails is retried up to
 # two extra times; after two failures without a success it is given up (reported with the error).
 declare -A OKS FAILS TIMEOUTS
+# One repetition of a scenario, with those rules (repetitions above REPS only rerun what failed).
+run_mpi_rep() {  # scenario "benches" timeout rep
+    local scen=$1 benches=$2 tmo=$3 rep=$4 cfg b key prog
+    for b in $benches; do
+        for cfg in ${CONFIGS//,/ }; do
+            key="$scen/$cfg/$b"
+            if [ -n "${CFG_SKIP[$cfg]:-}" ]; then
+                ((rep == 1)) && record_skip "$scen" "$cfg" "$b" "${CFG_SKIP[$cfg]}"
+                continue
+            fi
+            if [ -n "${SCEN_SKIP[$cfg]:-}" ]; then
+                ((rep == 1)) && record_skip "$scen" "$cfg" "$b" "${SCEN_SKIP[$cfg]}"
+                continue
+            fi
+            ((${OKS[$key]:-0} >= REPS)) && continue
+            ((${FAILS[$key]:-0} >= 2 && ${OKS[$key]:-0} == 0)) && continue
+            ((${TIMEOUTS[$key]:-0} >= 1)) && continue  # a hang is not retried: it costs a full timeout
+            ((rep > REPS && ${FAILS[$key]:-0} == 0)) && continue
+            local -a cargs; read -ra cargs <<<"${CFG_ARGS[$cfg]} ${SCEN_MCA[$cfg]:-}"
+            read -ra prog <<<"$(bench_args "$b")"
+            local -a launch=("${LAUNCH[@]}")
+            [ "$b" = halo ] && launch=("${LAUNCH_HALO[@]}")
+            run_job "$scen" "$cfg" "$b" "$rep" "$tmo" "${launch[@]}" "${cargs[@]}" \
+                "$BENCH/bin/${prog[0]}" "${prog[@]:1}" "${COMMON_ARGS[@]}"
+            if tail -n1 "$JOBS" | cut -f5 | grep -qx ok; then
+                OKS[$key]=$((${OKS[$key]:-0} + 1))
+            else
+                FAILS[$key]=$((${FAILS[$key]:-0} + 1))
+                tail -n1 "$JOBS" | cut -f10 | grep -q '^timeout' && TIMEOUTS[$key]=1
+            fi
+        done
+    done
+    return 0  # else a failed last job's status above would end the script (set -e)
+}
 run_mpi_scenario() {  # scenario "benches" timeout [hook run with the repetition before its jobs]
-    local scen=$1 benches=$2 tmo=$3 hook=${4:-} rep cfg b key prog
+    local scen=$1 benches=$2 tmo=$3 hook=${4:-} rep
     for ((rep = 1; rep <= REPS + 2; rep++)); do
         if [ -n "$hook" ] && ((rep <= REPS)); then "$hook" "$rep"; fi
-        for b in $benches; do
-            for cfg in ${CONFIGS//,/ }; do
-                key="$scen/$cfg/$b"
-                if [ -n "${CFG_SKIP[$cfg]:-}" ]; then
-                    ((rep == 1)) && record_skip "$scen" "$cfg" "$b" "${CFG_SKIP[$cfg]}"
-                    continue
-                fi
-                if [ -n "${SCEN_SKIP[$cfg]:-}" ]; then
-                    ((rep == 1)) && record_skip "$scen" "$cfg" "$b" "${SCEN_SKIP[$cfg]}"
-                    continue
-                fi
-                ((${OKS[$key]:-0} >= REPS)) && continue
-                ((${FAILS[$key]:-0} >= 2 && ${OKS[$key]:-0} == 0)) && continue
-                ((${TIMEOUTS[$key]:-0} >= 1)) && continue  # a hang is not retried: it costs a full timeout
-                ((rep > REPS && ${FAILS[$key]:-0} == 0)) && continue
-                local -a cargs; read -ra cargs <<<"${CFG_ARGS[$cfg]} ${SCEN_MCA[$cfg]:-}"
-                read -ra prog <<<"$(bench_args "$b")"
-                local -a launch=("${LAUNCH[@]}")
-                [ "$b" = halo ] && launch=("${LAUNCH_HALO[@]}")
-                run_job "$scen" "$cfg" "$b" "$rep" "$tmo" "${launch[@]}" "${cargs[@]}" \
-                    "$BENCH/bin/${prog[0]}" "${prog[@]:1}" "${COMMON_ARGS[@]}"
-                if tail -n1 "$JOBS" | cut -f5 | grep -qx ok; then
-                    OKS[$key]=$((${OKS[$key]:-0} + 1))
-                else
-                    FAILS[$key]=$((${FAILS[$key]:-0} + 1))
-                    tail -n1 "$JOBS" | cut -f10 | grep -q '^timeout' && TIMEOUTS[$key]=1
-                fi
-            done
-        done
+        run_mpi_rep "$scen" "$benches" "$tmo" "$rep"
     done
 }
 
