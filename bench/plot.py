@@ -97,12 +97,12 @@ def draw(run, out):
     if run.loss:
         fig, ax = plt.subplots(figsize=(9, 5.5))
         for c in run.configs:
-            clean = run.series("clean", c, "bw_loss")
             for p, ls in zip(run.loss, ["-", "--", ":", "-."]):
-                lossy = run.series("loss%g" % p, c, "bw_loss")
-                sizes = [s for s in lossy if clean.get(s)]
+                # The summary table's fraction: paired by repetition where the run interleaved them.
+                fr = run.loss_fraction(p, c)
+                sizes = list(fr)
                 if sizes:
-                    ax.plot(sizes, [lossy[s] / clean[s] for s in sizes], ls=ls, marker="o",
+                    ax.plot(sizes, [fr[s].value for s in sizes], ls=ls, marker="o",
                             color=STYLE.get(c, {}).get("color"), label="%s, %g %% loss" % (c, p))
         for p, thr in ((1.0, 0.7), (5.0, 0.4)):
             if p in run.loss:

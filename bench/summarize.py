@@ -8,9 +8,11 @@ median over the successful repetitions of every (scenario, configuration, benchm
 OUT_DIR/summary.md (also printed) plus latency.png, bandwidth.png and, with loss runs, loss.png.
 Ratios of the clean scenario are paired: the median over the repetitions of subject(r) / reference(r), both
 measured in repetition r (the VM drifts between a fast and a slow state over minutes, and the jobs of one
-repetition run within a minute or two of each other). With fewer than MIN_PAIRED pairs, and for the loss
-fractions (lossy and clean blocks ran at different times), a ratio is one median over another from the same
-run. Targets are those of issue 5.
+repetition run within a minute or two of each other). The loss fractions are paired the same way when
+meta.txt says `loss_interleaved: yes` (each repetition ran its clean job and its lossy jobs back to back);
+older runs ran the lossy and the clean blocks minutes apart, and their loss fractions stay one median over
+another. With fewer than MIN_PAIRED pairs a ratio is one median over another from the same run too.
+Targets are those of issue 5.
 """
 import csv
 import os
@@ -215,6 +217,12 @@ class Run:
         self.subject = self.meta.get("subject", "usnic")
         self.configs = [c for c in CFG_ORDER if c in self.meta.get("configs", "").split(",")]
         self.loss = [] if self.meta.get("loss", "none") == "none" else [float(x) for x in self.meta["loss"].split(",")]
+        # Why the loss fractions cannot be paired (None: they can). bench/run.sh interleaves repetition r of
+        # the clean reference and of every loss level since it writes loss_interleaved; before, each ran as a
+        # block of its own, minutes apart.
+        self.loss_unpaired = None
+        if self.meta.get("loss_interleaved") != "yes":
+            self.loss_unpaired = "lossy and clean blocks ran at different times"
 
     def med(self, scen, cfg, bench, size):
         v = self.values.get((scen, cfg, bench), {}).get(size)
@@ -260,6 +268,12 @@ class Run:
     def floor(self):
         """Raw datagram floor: one-way µs per size, the median over the repetitions of floor_reps."""
         return {s: statistics.median(reps.values()) for s, reps in self.floor_reps().items()}
+
+    def loss_fraction(self, p, cfg):
+        """{size: Ratio} of bandwidth under p % loss over the clean reference at the sizes both measured:
+        paired by repetition, or a ratio of medians where loss_unpaired says why not."""
+        lossy, clean = self.reps("loss%g" % p, cfg, "bw_loss"), self.reps("clean", cfg, "bw_loss")
+        return {r.size: r for r in ratios(lossy, clean, sorted(lossy), self.loss_unpaired)}
 
     def raw_stream(self, batched=False):
         return self.series("clean", raw_stream_job(batched), "raw_datagram")
@@ -450,9 +464,7 @@ def evaluate(run, cfg, target_id):
             r = run.why_missing(s, cfg, "bw_loss")
             if r:
                 return None, ("%s: " % s) + r
-        # The lossy and the clean blocks ran minutes apart, not interleaved: their repetitions do not pair.
-        lossy, clean = run.reps(scen, cfg, "bw_loss"), run.reps("clean", cfg, "bw_loss")
-        return ratios(lossy, clean, sorted(lossy), "lossy and clean blocks ran at different times"), None
+        return list(run.loss_fraction(float(scen[len("loss"):]), cfg).values()), None
     raise KeyError(target_id)
 
 
@@ -490,8 +502,9 @@ def targets(run):
             ]
     for p in run.loss:
         thr = LOSS_THRESHOLDS.get(p)
-        name = "bandwidth with %g %% loss / clean bandwidth (ratio of medians)" % p
-        t.append(("loss%g" % p, Target(name, thr if thr is not None else 0.0, False, paired=False)))
+        paired = run.loss_unpaired is None
+        name = "bandwidth with %g %% loss / clean bandwidth%s" % (p, "" if paired else " (ratio of medians)")
+        t.append(("loss%g" % p, Target(name, thr if thr is not None else 0.0, False, paired=paired)))
     return t
 
 
@@ -650,9 +663,11 @@ def summary(run):
              "per-repetition ratios; met only if every size in the range meets the rule. A size where fewer than "
              "%d repetitions pair is judged on subject median / reference median instead, marked "
              "\"(unpaired)\". The row \"↳ ratio of medians\" under a target gives subject median / reference "
-             "median at its own worst size, for comparison only (no verdict counts from it). The loss rows are "
-             "ratios of medians: the lossy and the clean blocks ran at different times, so their repetitions do "
-             "not pair." % MIN_PAIRED)
+             "median at its own worst size, for comparison only (no verdict counts from it). %s" % (
+                 MIN_PAIRED, "The loss rows are ratios of medians: the lossy and the clean blocks ran at different "
+                 "times, so their repetitions do not pair." if run.loss_unpaired else
+                 "The loss rows are paired by repetition too: each repetition ran its clean job and its lossy jobs "
+                 "back to back."))
     L.append("")
     header = ["target", "rule"] + [("**%s** (subject)" % c) if c == subj else c for c in run.configs]
     rows = []
@@ -803,15 +818,23 @@ def summary(run):
     if run.loss:
         L.append("## Bandwidth under loss, MB/s (window 64), as a fraction of the clean run at the same sizes")
         L.append("")
-        L.append("Fraction = median under loss / clean median, a ratio of medians: each loss level and the clean "
-                 "reference ran as blocks of their own, minutes apart, so their repetitions do not pair.")
+        if run.loss_unpaired:
+            L.append("Fraction = median under loss / clean median, a ratio of medians: each loss level and the clean "
+                     "reference ran as blocks of their own, minutes apart, so their repetitions do not pair.")
+        else:
+            L.append("Fraction = at each size, the median over the repetitions r of loss(r) / clean(r), paired by "
+                     "repetition: each repetition ran its clean job and its lossy jobs back to back (the VM drifts "
+                     "between a fast and a slow state over minutes, and a median of each could come from different "
+                     "states).")
         L.append("")
         for p in run.loss:
             how = m.get("netem_loss%g" % p) or ("fault injection: " + m.get("inject_loss%g" % p, "?"))
             L.append("- %g %%: %s" % (p, how))
         L.append("")
-        header = ["config", "size", "clean"] + ["%g %% loss" % p for p in run.loss] + ["fraction %g %%" % p for p in run.loss]
+        header = ["config", "size", "clean"] + ["%g %% loss" % p for p in run.loss] + [
+            "fraction %g %%%s" % (p, "" if run.loss_unpaired else ", paired") for p in run.loss]
         rows = []
+        notes = set()
         for c in run.configs:
             clean = run.series("clean", c, "bw_loss")
             reasons = [run.why_missing("loss%g" % p, c, "bw_loss") for p in run.loss]
@@ -826,16 +849,20 @@ def summary(run):
                     v = run.med("loss%g" % p, c, "bw_loss", s)
                     row.append(med_cell(run, "loss%g" % p, c, "bw_loss", s) if v is not None else
                                "n/a: " + (run.why_missing("loss%g" % p, c, "bw_loss") or "no value"))
-                    cv = clean.get(s)
-                    if v is not None and cv:
+                    r = run.loss_fraction(p, c).get(s)
+                    if v is not None and r is not None:
                         thr = LOSS_THRESHOLDS.get(p)
-                        verdict = "" if thr is None else (" met" if v / cv >= thr else " NOT met")
-                        fr.append("%.2f%s" % (v / cv, verdict))
+                        verdict = "" if thr is None else (" met" if r.value >= thr else " NOT met")
+                        # Old runs' fractions are all ratios of medians, as the text above says: no mark.
+                        fr.append(("%.2f" % r.value if run.loss_unpaired else ratio_cell(r, notes)) + verdict)
                     else:
                         fr.append("n/a")
                 rows.append(row + fr)
         L.append(md_table(header, rows))
         L.append("")
+        if notes:
+            L.append(notes_line("†", notes))
+            L.append("")
 
     np_rows = []
     np_sizes = set()
