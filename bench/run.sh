@@ -175,8 +175,12 @@ CLEAN_BENCHES="latency bw bibw mr sendloop sendrecv halo"
 
 # ---- where the processes run ----
 NC_NET=${NC_NET:-10.77.0}
-CLUSTER_UP_BY_US=0
+CLUSTER_UP_BY_US=0 NETEM_ON=0
 cleanup() {
+    # A loss left on h2 would impair whoever uses the cluster next (a failed `down` keeps it up).
+    if ((NETEM_ON)); then
+        "$NETNS_CLUSTER" netem h2 clear >/dev/null 2>&1 || echo "warning: netns-cluster.sh netem h2 clear failed" >&2
+    fi
     if ((CLUSTER_UP_BY_US)); then
         "$NETNS_CLUSTER" down >/dev/null 2>&1 || echo "warning: netns-cluster.sh down failed" >&2
     fi
@@ -418,9 +422,11 @@ record_skip() {  # scenario config bench reason
 # the machine's load spread over every configuration. A (config, bench) pair that fails is retried up to
 # two extra times; after two failures without a success it is given up (reported with the error).
 declare -A OKS FAILS TIMEOUTS
-# One repetition of a scenario, with those rules (repetitions above REPS only rerun what failed).
-run_mpi_rep() {  # scenario "benches" timeout rep
-    local scen=$1 benches=$2 tmo=$3 rep=$4 cfg b key prog
+# One repetition of a scenario, with those rules (repetitions above REPS only rerun what failed). The
+# loss measurement calls it directly to put repetition r of each loss level beside the clean one's.
+# before_first runs right before the first job this call starts, if any (netem loss, set only when used).
+run_mpi_rep() {  # scenario "benches" timeout rep [before_first, given the scenario]
+    local scen=$1 benches=$2 tmo=$3 rep=$4 before=${5:-} cfg b key prog
     for b in $benches; do
         for cfg in ${CONFIGS//,/ }; do
             key="$scen/$cfg/$b"
@@ -440,6 +446,7 @@ run_mpi_rep() {  # scenario "benches" timeout rep
             read -ra prog <<<"$(bench_args "$b")"
             local -a launch=("${LAUNCH[@]}")
             [ "$b" = halo ] && launch=("${LAUNCH_HALO[@]}")
+            if [ -n "$before" ]; then "$before" "$scen"; before=""; fi
             run_job "$scen" "$cfg" "$b" "$rep" "$tmo" "${launch[@]}" "${cargs[@]}" \
                 "$BENCH/bin/${prog[0]}" "${prog[@]:1}" "${COMMON_ARGS[@]}"
             if tail -n1 "$JOBS" | cut -f5 | grep -qx ok; then
@@ -556,33 +563,59 @@ run_mpi_scenario clean "$CLEAN_BENCHES" "$JOB_TIMEOUT" floors_rep
 say "== NetPIPE (NPopenmpi -p 0 -u $NP_MAX), one run per configuration"
 run_netpipe
 
+# The loss scenarios' settings, read by run_mpi_rep: on one host only usnic can lose datagrams (its own
+# fault injection), so the clean reference runs only for the configurations that have loss runs.
+loss_settings() {  # loss percentage, or "" for the clean reference
+    local c
+    SCEN_SKIP=() SCEN_MCA=()
+    ((NETNS)) && return 0  # netem drops for every configuration (netem_on)
+    for c in tcp rxd vader; do SCEN_SKIP[$c]="no loss injection on one host for peers (loopback has no netem here; use --netns)"; done
+    if [ -z "$USNIC_LOSS_PARAM" ]; then
+        SCEN_SKIP[usnic]="not available: USNIC_LOSS_PARAM (the BTL's fault-injection MCA parameter) is not set in bench/run.sh"
+    elif [ -n "$1" ]; then
+        SCEN_MCA[usnic]="--mca $USNIC_LOSS_PARAM $1"
+    fi
+}
+netem_on() {  # lossP: h2's link drops P % both ways until netem_off
+    NETEM_ON=1
+    "$NETNS_CLUSTER" netem h2 --both "loss ${1#loss}%" >/dev/null
+}
+netem_off() {
+    ((NETEM_ON)) || return 0
+    "$NETNS_CLUSTER" netem h2 clear >/dev/null
+    NETEM_ON=0
+}
+
+# Interleaved by repetition: repetition r of the clean reference, then of every loss level, back to back.
+# This VM runs each bulk job in one of two speed modes about 3x apart, in streaks of several jobs: run as
+# blocks minutes apart, the 1 % loss block met the slow mode and the clean block the fast one (0.43x;
+# 1.37x in a run two hours before), so the fractions are paired per repetition as the clean ratios are.
 if [ -n "$LOSS" ]; then
+    say "== bandwidth under loss, as a fraction of a clean reference at the same sizes; by repetition: clean, then each loss level"
     for p in ${LOSS//,/ }; do
-        scen="loss$p"
-        SCEN_SKIP=() SCEN_MCA=()
         if ((NETNS)); then
-            say "== bandwidth with $p % loss: netns-cluster.sh netem h2 --both \"loss $p%\""
-            "$NETNS_CLUSTER" netem h2 --both "loss $p%" | sed 's/^/   /'
-            echo "netem_$scen: netns-cluster.sh netem h2 --both \"loss $p%\"" >> "$RAW/meta.txt"
+            say "   $p %: netns-cluster.sh netem h2 --both \"loss $p%\", cleared after the level's jobs of each repetition"
+            echo "netem_loss$p: netns-cluster.sh netem h2 --both \"loss $p%\"" >> "$RAW/meta.txt"
         else
-            say "== bandwidth with $p % loss on one host (usnic fault injection: ${USNIC_LOSS_PARAM:-parameter name not set})"
-            for c in tcp rxd vader; do SCEN_SKIP[$c]="no loss injection on one host for peers (loopback has no netem here; use --netns)"; done
-            if [ -n "$USNIC_LOSS_PARAM" ]; then
-                SCEN_MCA[usnic]="--mca $USNIC_LOSS_PARAM $p"
-            else
-                SCEN_SKIP[usnic]="not available: USNIC_LOSS_PARAM (the BTL's fault-injection MCA parameter) is not set in bench/run.sh"
-            fi
-            echo "inject_$scen: ${SCEN_MCA[usnic]:-none}" >> "$RAW/meta.txt"
+            loss_settings "$p"
+            say "   $p %: on one host usnic only, through its fault injection (${USNIC_LOSS_PARAM:-parameter name not set})"
+            echo "inject_loss$p: ${SCEN_MCA[usnic]:-none}" >> "$RAW/meta.txt"
         fi
-        run_mpi_scenario "$scen" "bw_loss" "$JOB_TIMEOUT"
-        ((NETNS)) && "$NETNS_CLUSTER" netem h2 clear >/dev/null
     done
-    # The clean reference at exactly the loss sizes, measured in the same run (on one host only for the
-    # configurations that had loss runs: SCEN_SKIP stays as the loss scenarios left it).
-    SCEN_MCA=()
-    ((NETNS)) && SCEN_SKIP=()
-    say "== clean reference for the loss fractions"
-    run_mpi_scenario clean "bw_loss" "$JOB_TIMEOUT"
+    echo "loss_interleaved: yes" >> "$RAW/meta.txt"
+    on=""
+    ((NETNS)) && on=netem_on
+    for ((rep = 1; rep <= REPS + 2; rep++)); do
+        ((rep <= REPS)) && say "   -- repetition $rep: clean, then loss ${LOSS//,/ %, } %"
+        loss_settings ""
+        run_mpi_rep clean bw_loss "$JOB_TIMEOUT" "$rep"
+        for p in ${LOSS//,/ }; do
+            loss_settings "$p"
+            run_mpi_rep "loss$p" bw_loss "$JOB_TIMEOUT" "$rep" "$on"
+            netem_off
+        done
+    done
+    SCEN_SKIP=() SCEN_MCA=()
 fi
 
 echo "load_at_end: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$RAW/meta.txt"
