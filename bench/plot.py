@@ -107,7 +107,9 @@ def draw(run, out):
         for p, thr in ((1.0, 0.7), (5.0, 0.4)):
             if p in run.loss:
                 ax.axhline(thr, color="k", lw=0.8, ls=":")
-                ax.text(ax.get_xlim()[0] if ax.lines else 65536, thr, " target %g %%: %.1f" % (p, thr), fontsize=8, va="bottom")
+                # x in axes fractions, y in data: the label stays at the left edge whatever the sizes.
+                ax.text(0.01, thr, "target %g %%: %.1f" % (p, thr), fontsize=8, va="bottom",
+                        transform=ax.get_yaxis_transform())
         ax.set_xscale("log", base=2)
         ax.set_ylim(0, 1.2)
         ax.set_xlabel("message size (bytes)")
