@@ -93,6 +93,9 @@ fi
 ((QUICK && !REPS_SET)) && REPS=1
 if [ -n "$LOSS" ]; then
     [[ $LOSS =~ ^[0-9]+(\.[0-9]+)?(,[0-9]+(\.[0-9]+)?)*$ ]] || die "--loss wants percentages like 1,5, got '$LOSS'"
+    # As summarize.py names the scenarios (loss%g): 1.0 is loss1, not loss1.0.
+    read -ra loss_list <<<"${LOSS//,/ }"
+    LOSS=$(printf '%g,' "${loss_list[@]}") LOSS=${LOSS%,}
 fi
 for c in ${CONFIGS//,/ }; do
     case $c in usnic|tcp|rxd|vader) ;; *) die "unknown configuration '$c' (known: usnic,tcp,rxd,vader)" ;; esac
@@ -509,7 +512,8 @@ prepare_raw_stream() {
     (cd "$ROOT" && "${RAW_CMD[@]}" --no-run >"$RAW/raw_stream_build.log" 2>&1) ||
         { record_skip clean raw_stream raw_datagram "build failed: $(grep -m1 -E '^error' "$RAW/raw_stream_build.log" | cut -c1-150)"; return; }
     if ((NETNS)); then
-        RAW_EXE=$(grep -oE 'target/[a-z]+/deps/raw_datagram-[0-9a-f]+' "$RAW/raw_stream_build.log" | head -1)
+        # || true: under pipefail a log naming no executable would end the script here, unexplained.
+        RAW_EXE=$(grep -oE 'target/[a-z]+/deps/raw_datagram-[0-9a-f]+' "$RAW/raw_stream_build.log" | head -1 || true)
         [ -n "$RAW_EXE" ] || { record_skip clean raw_stream raw_datagram "no executable named in $RAW/raw_stream_build.log"; return; }
     fi
     RAW_STREAM_OK=1
