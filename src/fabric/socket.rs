@@ -88,13 +88,13 @@ pub(super) unsafe fn recvmsg(fd: c_int, msg: *mut libc::msghdr, flags: c_int) ->
 ///
 /// # Safety
 /// As for `sendmsg(2)`: `msg` and every buffer it names must be valid for the call.
-pub(super) unsafe fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> isize {
+unsafe fn sendmsg(fd: c_int, msg: *const libc::msghdr, flags: c_int) -> isize {
     // SAFETY: the message and its buffers are the caller's contract.
     unsafe { libc::syscall(libc::SYS_sendmsg, fd as c_long, msg, flags as c_long) as isize }
 }
 
 /// Whether a send's errno says the socket's send buffer is full for now: retry after progress.
-pub(crate) fn is_full(errno: i32) -> bool {
+pub(super) fn is_full(errno: i32) -> bool {
     errno == libc::EAGAIN || errno == libc::ENOBUFS
 }
 
