@@ -90,8 +90,8 @@ fn thousands_of_batched_datagrams_lose_nothing() {
 fn exchange(gso: bool, reads: bool) -> [Side; 2] {
     let cfg = FabricConfig {
         if_include: parse_if_list("lo").unwrap(),
-        // Data lengths sweep across the inject size (1472 here): some sends are injected,
-        // the rest wait for completions, so credits still run out.
+        // Data lengths sweep across the inject size (1472 here): with gso off some sends are
+        // injected and the rest wait for completions, so credits still run out.
         mtu_cap: 3000,
         sd_num: 16,
         rd_num: if reads { 160 } else { 32 },

@@ -244,14 +244,13 @@ fn supported(fd: RawFd) -> bool {
     r == 0
 }
 
-/// One `sendmsg` of `bytes` to `to`, cut into datagrams of `seg` bytes by the kernel when
-/// `seg` is given. Returns the errno on failure.
+/// `bytes` to `to`, cut into datagrams of `seg` bytes by the kernel when `seg` is given, else
+/// one datagram by a plain `sendto`. Returns the errno on failure.
 fn send(fd: RawFd, bytes: &[u8], seg: Option<usize>, to: Dest) -> Result<(), i32> {
-    let iov = libc::iovec {
-        iov_base: bytes.as_ptr() as *mut libc::c_void,
-        iov_len: bytes.len(),
-    };
-    socket::send_to(fd, &[iov], seg, to)
+    match seg {
+        Some(_) => socket::send_to(fd, &[std::io::IoSlice::new(bytes)], seg, to),
+        None => socket::send_one(fd, bytes, to),
+    }
 }
 
 #[cfg(test)]

@@ -17,9 +17,9 @@
 //! - Send: [`Module::tx_buffer`] lends a buffer, [`Module::post_send`] sends it; any error
 //!   (including `-FI_EAGAIN`, [`FabricError::is_would_block`]) leaves it with the caller, who
 //!   retries or gives it back with [`Module::release_tx`]. Its [`Completion::SendDone`] frees it,
-//!   unless `post_send` said [`Posted::Done`]: the udp provider's channels send on its socket
-//!   themselves (`FabricConfig::gso`), other providers inject short datagrams, and the buffer is
-//!   free at once.
+//!   unless `post_send` said [`Posted::Done`] and the buffer is free at once: the udp provider's
+//!   channels send on its socket themselves (`FabricConfig::gso`); otherwise (gso off, other
+//!   providers, the fault injector) datagrams within the provider's inject size are injected.
 //!   Where the data channel batches (`udp` with datagrams small enough that two share one
 //!   send, `gso.rs`), [`Module::batch_slot`] lends the space behind the batch instead, the
 //!   datagram is written there in place and [`Module::commit_batched`] adds it (done at once,
@@ -93,7 +93,7 @@
 //!   lock pair and progress pass). 8-byte ping-pong on one host: 6.95k -> 5.55-6.11k
 //!   instructions per message, libfabric 0.50k -> 0.04k (2026-11-23).
 //! - The provider's AV insert does not probe reachability; unreachable peers show up as
-//!   `fi_send` errors (`ENETUNREACH`, ...) or as silent loss.
+//!   send errors (`ENETUNREACH`, ...) or as silent loss.
 //! - Buffer memory: with 65507-byte datagrams on `lo` a data channel holds 1024 × 64 KiB of
 //!   receive and of send buffers; they are anonymous mappings, so only touched pages cost RAM.
 mod bufpool;

@@ -65,8 +65,8 @@ pub enum Completion {
 pub enum Posted {
     /// In flight: its buffer comes back with a `SendDone` (or `Error`) completion.
     Pending,
-    /// Injected: the provider copied it, its buffer is free again and no completion follows
-    /// (count it as a send completion now).
+    /// Sent on the socket or injected: the kernel or the provider has it, its buffer is free
+    /// again and no completion follows (count it as a send completion now).
     Done,
 }
 
@@ -395,7 +395,7 @@ impl Module {
     /// Insert a peer's `local_address()` bytes into the AV (both channels). A malformed
     /// address (wrong length, address 0.0.0.0 or broadcast, port 0) is an error naming what is
     /// wrong. The `udp` provider does not probe reachability here: an unreachable peer shows up
-    /// as `fi_send` errors (`ENETUNREACH`, ...) or, on a silent network, as loss.
+    /// as send errors (`ENETUNREACH`, ...) or, on a silent network, as loss.
     pub fn insert_peer(&mut self, remote_address: &[u8]) -> Result<PeerAddr, FabricError> {
         let bad = |why: String| FabricError::invalid("insert_peer", why);
         let a: [u8; LOCAL_ADDRESS_LEN] = remote_address.try_into().map_err(|_| {
@@ -420,25 +420,17 @@ impl Module {
                 ports[0], ports[1]
             )));
         }
-        let sa = |port: u16| libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: port.to_be(),
-            sin_addr: libc::in_addr {
-                s_addr: u32::from(ip).to_be(),
-            },
-            sin_zero: [0; 8],
-        };
-        let addrs = [sa(ports[0]), sa(ports[1])];
+        let dest = ports.map(|port| Dest {
+            ip: u32::from(ip).to_be(),
+            port: port.to_be(),
+        });
+        let addrs = dest.map(Dest::sockaddr);
         let mut out = [sys::FI_ADDR_NOTAVAIL_; 2];
         // SAFETY: av open; addrs is an array of 2 sockaddr_in (the AV's FI_SOCKADDR_IN format),
         // out has room for 2 fi_addr_t.
         let ret =
             unsafe { sys::av_insert(self.av.ptr(), addrs.as_ptr().cast(), 2, out.as_mut_ptr(), 0) };
         if ret == 2 && !out.contains(&sys::FI_ADDR_NOTAVAIL_) {
-            let dest = addrs.map(|a| Dest {
-                ip: a.sin_addr.s_addr,
-                port: a.sin_port,
-            });
             return Ok(PeerAddr { addr: out, dest });
         }
         let mut inserted: Vec<u64> = out
@@ -523,8 +515,9 @@ impl Module {
         res.post_send(buf, len, to.dest[ch(c)], to.fi_addr(c))
     }
 
-    /// Whether `post_send_gather` works on channel `c`: the provider gathers, needs no
-    /// registration, and no fault injector is set (it holds and copies whole buffers).
+    /// Whether `post_send_gather` works on channel `c`: the channel sends on its socket, or the
+    /// provider gathers and needs no registration; and no fault injector is set (it holds and
+    /// copies whole buffers).
     pub fn can_gather(&self, c: Channel) -> bool {
         self.faults.is_none() && self.channels[ch(c)].can_gather()
     }

@@ -1,7 +1,7 @@
 //! The socket calls of the channels that read, batch and send on the provider's socket
 //! themselves, made as plain system calls.
 //!
-//! glibc's `recv`, `recvmsg` and `sendmsg` are cancellation points: in a process with threads
+//! glibc's `recv`, `recvmsg`, `sendto` and `sendmsg` are cancellation points: in a process with threads
 //! (Open MPI's own and the ACK helper) each call brackets the system call with
 //! `__pthread_enable_asynccancel`/`__pthread_disable_asynccancel`: about 30 instructions per
 //! call, 45 per message of an 8-byte ping-pong on `lo` (callgrind; a quiet channel's poll is a
@@ -15,6 +15,7 @@
 //! reads and sends to the provider.
 use super::error::last_errno;
 use super::sys;
+use std::io::IoSlice;
 use std::os::fd::RawFd;
 use std::os::raw::{c_int, c_long, c_void};
 use std::ptr::null_mut;
@@ -39,7 +40,7 @@ impl Dest {
         }
     }
 
-    fn sockaddr(self) -> libc::sockaddr_in {
+    pub(super) fn sockaddr(self) -> libc::sockaddr_in {
         libc::sockaddr_in {
             sin_family: libc::AF_INET as libc::sa_family_t,
             sin_port: self.port,
@@ -103,8 +104,8 @@ pub(super) fn is_full(errno: i32) -> bool {
 pub(super) fn send_one(fd: RawFd, bytes: &[u8], to: Dest) -> Result<(), i32> {
     let sa = to.sockaddr();
     // SAFETY: bytes is readable for its length and sa is a sockaddr_in of the length given,
-    // both for the call only; the caller's fd is the provider's socket, which outlives the
-    // endpoint that sends on it.
+    // both for the call only. The fd is the caller's: a closed or reused one is an error or a
+    // stray datagram, never memory unsafety.
     let r = unsafe {
         libc::syscall(
             libc::SYS_sendto,
@@ -122,12 +123,12 @@ pub(super) fn send_one(fd: RawFd, bytes: &[u8], to: Dest) -> Result<(), i32> {
     Ok(())
 }
 
-/// One `sendmsg` to `to` of the bytes `iov` gathers: one datagram, or, with `seg`, datagrams of
-/// `seg` bytes the kernel cuts them into (`UDP_SEGMENT`). Never blocks (`MSG_DONTWAIT`); returns
-/// the errno on failure.
+/// One `sendmsg` to `to` of the bytes `pieces` gather: one datagram, or, with `seg`, datagrams
+/// of `seg` bytes the kernel cuts them into (`UDP_SEGMENT`). Never blocks (`MSG_DONTWAIT`);
+/// returns the errno on failure.
 pub(super) fn send_to(
     fd: RawFd,
-    iov: &[libc::iovec],
+    pieces: &[IoSlice<'_>],
     seg: Option<usize>,
     to: Dest,
 ) -> Result<(), i32> {
@@ -138,8 +139,9 @@ pub(super) fn send_to(
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_name = (&mut sa as *mut libc::sockaddr_in).cast();
     msg.msg_namelen = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-    msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
-    msg.msg_iovlen = iov.len();
+    // IoSlice is ABI-compatible with iovec on Unix (its documented guarantee).
+    msg.msg_iov = pieces.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = pieces.len();
     if let Some(seg) = seg {
         let size = std::mem::size_of::<u16>() as u32;
         // SAFETY: CMSG_SPACE is a pure size computation.
@@ -158,9 +160,9 @@ pub(super) fn send_to(
             std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), seg as u16);
         }
     }
-    // SAFETY: msg describes a valid address, the caller's iovecs (only read by the kernel)
-    // and, if set, a control buffer that lives until the call returns; the caller's fd is the
-    // provider's socket, which outlives the endpoint that sends on it.
+    // SAFETY: msg describes a valid address, the borrowed pieces (only read by the kernel)
+    // and, if set, a control buffer, all of which live until the call returns. The fd is the
+    // caller's: a closed or reused one is an error or a stray datagram, never memory unsafety.
     let r = unsafe { sendmsg(fd, &msg, libc::MSG_DONTWAIT) };
     if r < 0 {
         return Err(last_errno());
@@ -241,10 +243,7 @@ mod tests {
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
         let (head, body) = (*b"head:", *b"body");
-        let iov = [&head[..], &body[..]].map(|p| libc::iovec {
-            iov_base: p.as_ptr() as *mut c_void,
-            iov_len: p.len(),
-        });
+        let iov = [IoSlice::new(&head), IoSlice::new(&body)];
         assert_eq!(send_to(tx.as_raw_fd(), &iov, None, Dest::of(&rx)), Ok(()));
         let mut buf = [0u8; 64];
         let n = rx.recv(&mut buf).unwrap();

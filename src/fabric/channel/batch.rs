@@ -1,8 +1,8 @@
 //! Batched sends (`gso.rs`): datagrams copied or written in place into the batch and sent
-//! together by one system call on the endpoint's socket. Apart from `send.rs` because they
-//! bypass the provider: no send buffer stays taken and no completion follows.
+//! together by one system call on the endpoint's socket. Apart from `send.rs` because they are
+//! copied into the batch (or written there) and leave when it is flushed.
 
-use super::{ChannelRes, TxState};
+use super::ChannelRes;
 use crate::fabric::error::{strerror, FabricError};
 use crate::fabric::gso::FlushError;
 use crate::fabric::module::{BufId, Posted};
@@ -61,8 +61,7 @@ impl ChannelRes {
         // prefix (0 when batching) + len <= its size.
         let head = unsafe { std::slice::from_raw_parts(self.tx.at(i), len) };
         let complete = batch.push(to, [head, body[0], body[1]]);
-        self.tx_state[i] = TxState::Free;
-        self.tx_free.push(i as u32);
+        self.free_tx(i);
         if complete {
             // A full socket keeps it in the batch for the next flush.
             let _ = self.flush_or_log();

@@ -3,7 +3,7 @@
 //!
 //! This file holds the channel's state and the operation contexts both paths tag; the methods
 //! are split by job so each path reads on its own: `open` (endpoint, CQ, socket use, buffers
-//! and their registration), `send` (send buffers and sends through the provider), `batch`
+//! and their registration), `send` (send buffers, and a datagram sent on the socket or through the provider), `batch`
 //! (sends through the batch on the endpoint's socket, `gso.rs`), `receive` (completions,
 //! reads of the socket, reposting).
 
@@ -48,7 +48,7 @@ pub(crate) struct Sizes {
 enum TxState {
     /// On the free list: one send credit.
     Free,
-    /// Handed to the caller by `tx_buffer`, not yet accepted by `fi_send`.
+    /// Handed to the caller by `tx_buffer`, not yet sent.
     Lent,
     /// Accepted by the provider; its send completion (or the fault injector) frees it.
     InFlight,
@@ -104,8 +104,8 @@ pub(crate) struct ChannelRes {
     prefix: usize,
     /// The provider's `tx_attr.iov_limit`: buffers one `fi_sendv` may gather.
     iov_limit: usize,
-    /// The provider's `tx_attr.inject_size`: datagrams up to this long (prefix included) are
-    /// sent with `fi_inject`.
+    /// The provider's `tx_attr.inject_size`: where the provider sends, datagrams up to this long
+    /// (prefix included) are sent with `fi_inject`.
     inject_size: usize,
     pub(crate) mtu: usize,
     /// The endpoint's bound address (network-order fields, as from getsockname).

@@ -243,8 +243,7 @@ impl ChannelRes {
                 tracing::error!("send completion for buffer {i} that is not in flight ignored");
                 return None;
             }
-            self.tx_state[i] = TxState::Free;
-            self.tx_free.push(i as u32);
+            self.free_tx(i);
             self.provider_sends = self.provider_sends.saturating_sub(1);
             Some(Completion::SendDone {
                 buf: BufId(i as u32),
@@ -286,8 +285,7 @@ impl ChannelRes {
                 error,
             })
         } else if !rx && self.tx_state.get(i) == Some(&TxState::InFlight) {
-            self.tx_state[i] = TxState::Free;
-            self.tx_free.push(i as u32);
+            self.free_tx(i);
             self.provider_sends = self.provider_sends.saturating_sub(1);
             Ok(Completion::Error {
                 op: Op::Send,

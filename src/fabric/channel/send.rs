@@ -7,13 +7,20 @@ use crate::fabric::error::FabricError;
 use crate::fabric::module::{BufId, Posted};
 use crate::fabric::socket::{self, Dest};
 use crate::fabric::sys;
+use std::io::IoSlice;
 use std::os::fd::RawFd;
 use std::os::raw::c_void;
 
 impl ChannelRes {
-    /// Longest datagram `post_send` injects.
+    /// Longest datagram `post_send` injects where the provider sends.
     pub(crate) fn inject_limit(&self) -> usize {
         self.inject_size.saturating_sub(self.prefix).min(self.mtu)
+    }
+
+    /// Buffer `i` back on the free list: one send credit again.
+    pub(super) fn free_tx(&mut self, i: usize) {
+        self.tx_state[i] = TxState::Free;
+        self.tx_free.push(i as u32);
     }
 
     /// Send buffers in all: the channel's send credits.
@@ -60,8 +67,7 @@ impl ChannelRes {
     pub(crate) fn release_tx(&mut self, buf: BufId) {
         match self.lent_tx(buf) {
             Ok(i) => {
-                self.tx_state[i] = TxState::Free;
-                self.tx_free.push(i as u32);
+                self.free_tx(i);
             }
             Err(e) => tracing::warn!("release_tx ignored: {e}"),
         }
@@ -108,16 +114,12 @@ impl ChannelRes {
             ("sendto", socket::send_one(fd, head, to))
         } else {
             // Empty pieces are empty iovecs, which the kernel skips.
-            let iov = [head, body[0], body[1]].map(|p| libc::iovec {
-                iov_base: p.as_ptr() as *mut c_void,
-                iov_len: p.len(),
-            });
-            ("sendmsg", socket::send_to(fd, &iov, None, to))
+            let pieces = [head, body[0], body[1]].map(IoSlice::new);
+            ("sendmsg", socket::send_to(fd, &pieces, None, to))
         };
         match sent {
             Ok(()) => {
-                self.tx_state[i] = TxState::Free;
-                self.tx_free.push(i as u32);
+                self.free_tx(i);
                 Ok(Posted::Done)
             }
             Err(e) if socket::is_full(e) => {
@@ -150,8 +152,7 @@ impl ChannelRes {
                 format_args!("{len} bytes to fi_addr {to}"),
             ));
         }
-        self.tx_state[i] = TxState::Free;
-        self.tx_free.push(i as u32);
+        self.free_tx(i);
         Ok(Posted::Done)
     }
 
@@ -299,8 +300,7 @@ impl ChannelRes {
     /// Fault injector: free a buffer held by `hold_tx` whose send never reached the provider.
     pub(crate) fn free_held_tx(&mut self, i: usize) {
         if self.tx_state[i] == TxState::InFlight {
-            self.tx_state[i] = TxState::Free;
-            self.tx_free.push(i as u32);
+            self.free_tx(i);
         }
     }
 

@@ -6,8 +6,8 @@ use crate::proto::{Body, Channel, Instant, PeerId};
 
 use super::{ModuleState, CHANNELS};
 
-/// Segment payloads at least this long are sent from where they lie (`fi_sendv` of header
-/// and payload) instead of being copied behind the header first.
+/// Segment payloads at least this long are sent from where they lie (one gathered send of
+/// header and payload) instead of being copied behind the header first.
 const GATHER_MIN: usize = 4096;
 /// Data datagrams one transmit pass sends while the data channel is receiving too (its last
 /// poll brought a datagram); the rest wait for the next progress call. A rank that sends its
