@@ -95,7 +95,8 @@ if [ -n "$LOSS" ]; then
     [[ $LOSS =~ ^[0-9]+(\.[0-9]+)?(,[0-9]+(\.[0-9]+)?)*$ ]] || die "--loss wants percentages like 1,5, got '$LOSS'"
     # As summarize.py names the scenarios (loss%g): 1.0 is loss1, not loss1.0.
     read -ra loss_list <<<"${LOSS//,/ }"
-    LOSS=$(printf '%g,' "${loss_list[@]}") LOSS=${LOSS%,}
+    LOSS=$(LC_ALL=C printf '%g,' "${loss_list[@]}") LOSS=${LOSS%,}
+    [ "$(tr , '\n' <<<"$LOSS" | sort -u | wc -l)" -eq "${#loss_list[@]}" ] || die "--loss names a percentage twice: '$LOSS'"
 fi
 for c in ${CONFIGS//,/ }; do
     case $c in usnic|tcp|rxd|vader) ;; *) die "unknown configuration '$c' (known: usnic,tcp,rxd,vader)" ;; esac

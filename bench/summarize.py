@@ -370,7 +370,7 @@ class Target:
     def __init__(self, name, threshold, le, strict=False, report=False, paired=True):
         self.name, self.threshold, self.le, self.strict = name, threshold, le, strict
         self.report = report  # shown for context, not one of issue 5's targets
-        self.paired = paired  # False: a ratio of medians by design (the loss fractions)
+        self.paired = paired  # False: a ratio of medians by design (old runs' loss fractions)
 
     def rule(self):
         if self.report:
