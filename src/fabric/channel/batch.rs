@@ -57,9 +57,8 @@ impl ChannelRes {
                 self.post_send_gather(buf, len, body, to, fi_addr)
             };
         };
-        // SAFETY: buffer i is lent (checked_tx): nothing else reads or writes it, and
-        // prefix (0 when batching) + len <= its size.
-        let head = unsafe { std::slice::from_raw_parts(self.tx.at(i), len) };
+        // Buffer i is lent (checked_tx): nothing else reads or writes it.
+        let head = self.tx.slice(i, self.prefix, len);
         let complete = batch.push(to, [head, body[0], body[1]]);
         self.free_tx(i);
         if complete {

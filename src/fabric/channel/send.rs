@@ -66,9 +66,7 @@ impl ChannelRes {
 
     pub(crate) fn release_tx(&mut self, buf: BufId) {
         match self.lent_tx(buf) {
-            Ok(i) => {
-                self.free_tx(i);
-            }
+            Ok(i) => self.free_tx(i),
             Err(e) => tracing::warn!("release_tx ignored: {e}"),
         }
     }
@@ -107,9 +105,9 @@ impl ChannelRes {
         body: [&[u8]; 2],
         to: Dest,
     ) -> Result<Posted, FabricError> {
-        // SAFETY: buffer i is lent (checked_tx), so nothing else writes it, and len <= its
-        // size; the socket is used only without a prefix, so its datagram starts there.
-        let head = unsafe { std::slice::from_raw_parts(self.tx.at(i), len) };
+        // Buffer i is lent (checked_tx), so nothing else writes it; the socket is used only
+        // without a prefix, so its datagram starts there.
+        let head = self.tx.slice(i, self.prefix, len);
         let (call, sent) = if body.iter().all(|b| b.is_empty()) {
             ("sendto", socket::send_one(fd, head, to))
         } else {
