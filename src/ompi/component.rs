@@ -499,8 +499,9 @@ pub fn stats_line(
     let _ = write!(
         line,
         " oversize_recvs={} puts={} gets={} frags_live={} gso_sends={gso_sends} \
-         gso_datagrams={gso_datagrams} gro_reads={gro_reads} gro_datagrams={gro_datagrams}",
-        st.oversize_recvs, st.puts, st.gets, st.frags.live
+         gso_datagrams={gso_datagrams} gro_reads={gro_reads} gro_datagrams={gro_datagrams} \
+         busy_sends={} busy_batches={}",
+        st.oversize_recvs, st.puts, st.gets, st.frags.live, st.busy_sends, st.busy_batches
     );
     if faults {
         let f = st.fabric.fault_stats();

@@ -123,6 +123,10 @@ pub struct ModuleState {
     pub gets: u64,
     /// Datagrams longer than the channel's MTU (the fabric reports them as truncated receives).
     pub oversize_recvs: u64,
+    /// Times the fabric refused a lone datagram or a batch as busy (a full socket or provider
+    /// queue); each is kept and offered again on a later pass (statistics).
+    pub busy_sends: u64,
+    pub busy_batches: u64,
     /// Progress calls skipped while the module has no peer (it is polled every
     /// `IDLE_POLL_EVERY`th call, so stray datagrams are drained and counted).
     idle_skips: u32,
@@ -168,6 +172,8 @@ impl ModuleState {
             puts: 0,
             gets: 0,
             oversize_recvs: 0,
+            busy_sends: 0,
+            busy_batches: 0,
             idle_skips: 0,
             data_empty: 0,
             data_skipped: 0,

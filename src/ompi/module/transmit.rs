@@ -30,7 +30,7 @@ impl ModuleState {
             }
             match self.fabric.flush_sends(ch) {
                 // Kept by the fabric for the next pass.
-                Err(e) if e.is_would_block() => {}
+                Err(e) if e.is_would_block() => self.busy_batches += 1,
                 Err(e) => log::verbose(5, || format!("batched send on {ch:?} failed: {e}")),
                 Ok(()) => {}
             }
@@ -172,6 +172,7 @@ impl ModuleState {
                 true
             }
             Err(e) if e.is_would_block() => {
+                self.busy_sends += 1;
                 self.pending_tx[ch as usize] = Some((buf, len, peer));
                 false
             }
