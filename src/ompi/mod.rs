@@ -43,6 +43,7 @@ mod procs;
 mod rdma;
 mod send;
 mod stats;
+mod stats_line;
 mod status;
 pub mod sys;
 

@@ -406,7 +406,7 @@ pub fn finalize_module(c: &Component, m: &ModuleCell) -> i32 {
     drain(m, &peers);
     remove_peers(m, &peers);
     if c.settings.stats_interval_s > 0 {
-        super::component::print_stats(c, m, true);
+        super::stats_line::print_stats(c, m, true);
     }
     let mut st = m.state.borrow_mut();
     st.finalized = true;

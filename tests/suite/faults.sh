@@ -60,8 +60,8 @@ common="--host $hosts --mca plm_rsh_agent '$NC rsh-agent' --mca oob_tcp_if_inclu
 
 # HOOK: retransmission counters from the BTL's statistics output (usnic only), summed over every rank's
 # final statistics line.  Two layouts are understood; adapt here if the plugin's line changes:
-#  - usnic-rs (src/ompi/component.rs print_stats, wt-plugin 6b8ec97):
-#      "stats (final) rank R module M (lo): ... | resends timeout T fast F | ..."
+#  - usnic-rs (src/ompi/stats_line.rs, docs/operations.md), read by usnic_final_resends (netns_lib.sh):
+#      "btl:usnic: stats (final) rank=R module=M iface=I ... resends_timeout=T resends_fast=F ..."
 #  - the C original: "... ST(P+D)/F/C/R(T+F)/A: a(b+c)/d/e/f(g+h)/i ..." (f = resends, g timeout, h fast)
 # The statistics are switched on by USNIC_STATS_MCA (default here: one line at finalize only).
 USNIC_STATS_MCA=${USNIC_STATS_MCA:---mca btl_usnic_stats 3600}
