@@ -190,154 +190,19 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
         Ok(c) => c,
         Err(e) => return decline_param(&my_host, &e),
     };
-    let devices = match fabric::discover(&cfg) {
+    let devices = match usable_devices(&settings, &cfg, &my_host) {
         Ok(d) => d,
-        Err(e) => return decline_no_device(&my_host, &settings.provider, &e.to_string()),
+        Err(rc) => return rc,
     };
-    if devices.is_empty() && (settings.if_include.is_some() || settings.if_exclude.is_some()) {
-        return decline_no_device(
-            &my_host,
-            &settings.provider,
-            &format!(
-                "no interface of provider {} is left after btl_usnic_if_include={} \
-                 btl_usnic_if_exclude={}",
-                settings.provider,
-                settings.if_include.as_deref().unwrap_or("(unset)"),
-                settings.if_exclude.as_deref().unwrap_or("(unset)")
-            ),
-        );
-    }
-    if devices.is_empty() {
-        return decline_no_device(
-            &my_host,
-            &settings.provider,
-            &format!(
-                "libfabric's provider \"{}\" offers no usable FI_EP_DGRAM interface here \
-                 (is the provider name right?)",
-                settings.provider
-            ),
-        );
-    }
-
-    // The rule (513 KiB with one module, 25 KiB with several) counts the interfaces
-    // that carry remote traffic; the loopback module only ever serves same-node peers.
-    let eager_default = if devices.iter().filter(|d| !d.is_loopback).count() <= 1 {
-        EAGER_ONE_MODULE
-    } else {
-        EAGER_MANY_MODULES
-    };
-    let eager = if settings.eager_limit == 0 {
-        eager_default
-    } else {
-        settings.eager_limit
-    };
+    let eager = eager_limit(&settings, &devices);
     let mut modules = Vec::new();
     for dev in &devices {
-        let mut fab = match fabric::Module::open(dev, &cfg) {
-            Ok(m) => m,
-            Err(e) => {
-                match super::help::exhausted_resource(e.call, e.code) {
-                    Some(resource) => show_help!("resource exhausted",
-                        format!("cannot open interface {}: {e}; skipping it", dev.name);
-                        s(&my_host), s(&dev.name), s(resource),
-                        s(e.call), s(&e.message), i(e.code),
-                        s("this interface is not used; other interfaces or BTLs may carry the job")),
-                    None => show_help!("libfabric API failed",
-                        format!("cannot open interface {}: {e}; skipping it", dev.name);
-                        s(&my_host), s(&dev.name), s(e.call), s(file!()), i(line!()),
-                        s(&e.message), i(e.code)),
-                }
-                continue;
-            }
-        };
         let index = modules.len() as u32;
-        if let Some(f) = settings.module_faults(vpid, index) {
-            if let Err(e) = fab.set_faults(f) {
-                return decline(&format!("btl_usnic_fault_*: {e}"));
-            }
-            log::verbose(1, || format!("module {index}: fault injection {f:?}"));
+        match open_module(dev, index, &settings, &cfg, (jobid, vpid), eager, &my_host) {
+            Ok(Some(m)) => modules.push(m),
+            Ok(None) => {}
+            Err(rc) => return rc,
         }
-        let data_mtu = fab.channel_mtu(Channel::Data);
-        let prio_mtu = fab.channel_mtu(Channel::Priority);
-        let mut ec = settings.engine_config(data_mtu, prio_mtu);
-        ec.data_credits = fab.tx_capacity(Channel::Data) as u32;
-        ec.priority_credits = fab.tx_capacity(Channel::Priority) as u32;
-        ec.local_id = module_id(jobid, vpid, index);
-        ec.local_key = random_u64();
-        ec.isn = random_u64() as u16;
-        ec.hash_key = random_u64();
-        ec.rx_window = fab.rx_capacity(Channel::Data) as u32;
-        ec.data_turn = fab.batch_room(Channel::Data).max(1) as u32;
-        // Half the data channel's receive buffers may wait in fragments being reassembled.
-        ec.max_held = (fab.rx_buffers(Channel::Data) / 2) as u32;
-        let entry = ModexEntry {
-            id: ec.local_id,
-            key: ec.local_key,
-            isn: ec.isn,
-            data_mtu: data_mtu as u32,
-            ipv4: dev.ipv4,
-            netmask: dev.netmask,
-            link_speed_mbps: dev.link_speed_mbps,
-            rx_window: ec.rx_window,
-            address: fab.local_address(),
-            // Set below, once an interface opened and the checker runs.
-            cc_port: 0,
-        };
-        let engine = match Engine::new(ec) {
-            Ok(e) => e,
-            Err(e) => return decline(&format!("interface {}: {e}", dev.name)),
-        };
-        let info = ModuleInfo {
-            name: dev.name.clone(),
-            eager_limit: eager,
-            rndv_eager_limit: settings.rndv_eager_limit.min(eager),
-            copy_below: settings.copy_below(),
-            max_send_size: max_send_size(settings.max_send_size, eager),
-            bandwidth: if dev.link_speed_mbps > 0 {
-                dev.link_speed_mbps
-            } else {
-                DEFAULT_BANDWIDTH
-            },
-            latency: LATENCY,
-            flags: sys::MCA_BTL_FLAGS_SEND
-                | sys::MCA_BTL_FLAGS_SEND_INPLACE
-                | sys::MCA_BTL_FLAGS_SINGLE_ADD_PROCS
-                | if settings.rdma.0 {
-                    sys::MCA_BTL_FLAGS_PUT
-                } else {
-                    0
-                }
-                | if settings.rdma.1 {
-                    sys::MCA_BTL_FLAGS_GET
-                } else {
-                    0
-                },
-            rdma_limit: if settings.rdma.0 || settings.rdma.1 {
-                RDMA_LIMIT
-            } else {
-                0
-            },
-        };
-        log::verbose(5, || {
-            format!(
-                "module {index}: {} {}/{} data MTU {data_mtu}, priority MTU {prio_mtu}, \
-                 receive window {} datagrams, eager limit {eager}, rndv eager limit {}, \
-                 max send size {}, exclusivity {}",
-                dev.name,
-                dev.ipv4,
-                dev.netmask,
-                entry.rx_window,
-                info.rndv_eager_limit,
-                info.max_send_size,
-                sys::MCA_BTL_EXCLUSIVITY_DEFAULT
-            )
-        });
-        modules.push(ModuleCell::new(
-            index,
-            info,
-            entry,
-            ModuleState::new(fab, engine),
-        ));
     }
     if modules.is_empty() {
         lock::set_threaded(mpi_threads);
@@ -396,6 +261,184 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
         )
     });
     OPAL_SUCCESS
+}
+
+/// The interfaces init opens, or the declining status when none is usable (each reason shown).
+fn usable_devices(
+    settings: &Settings,
+    cfg: &FabricConfig,
+    my_host: &str,
+) -> Result<Vec<fabric::DeviceInfo>, i32> {
+    let devices = match fabric::discover(cfg) {
+        Ok(d) => d,
+        Err(e) => {
+            return Err(decline_no_device(
+                my_host,
+                &settings.provider,
+                &e.to_string(),
+            ))
+        }
+    };
+    if devices.is_empty() && (settings.if_include.is_some() || settings.if_exclude.is_some()) {
+        return Err(decline_no_device(
+            my_host,
+            &settings.provider,
+            &format!(
+                "no interface of provider {} is left after btl_usnic_if_include={} \
+                 btl_usnic_if_exclude={}",
+                settings.provider,
+                settings.if_include.as_deref().unwrap_or("(unset)"),
+                settings.if_exclude.as_deref().unwrap_or("(unset)")
+            ),
+        ));
+    }
+    if devices.is_empty() {
+        return Err(decline_no_device(
+            my_host,
+            &settings.provider,
+            &format!(
+                "libfabric's provider \"{}\" offers no usable FI_EP_DGRAM interface here \
+                 (is the provider name right?)",
+                settings.provider
+            ),
+        ));
+    }
+    Ok(devices)
+}
+
+/// The eager limit of every module: the parameter, else the original's rule (513 KiB with one
+/// module, 25 KiB with several), which counts the interfaces that carry remote traffic; the
+/// loopback module only ever serves same-node peers.
+fn eager_limit(settings: &Settings, devices: &[fabric::DeviceInfo]) -> usize {
+    if settings.eager_limit != 0 {
+        settings.eager_limit
+    } else if devices.iter().filter(|d| !d.is_loopback).count() <= 1 {
+        EAGER_ONE_MODULE
+    } else {
+        EAGER_MANY_MODULES
+    }
+}
+
+/// Opens one module on `dev`: `Ok(None)` when the interface cannot be opened (shown, and
+/// skipped), `Err` with the declining status when the configuration is unusable.
+fn open_module(
+    dev: &fabric::DeviceInfo,
+    index: u32,
+    settings: &Settings,
+    cfg: &FabricConfig,
+    (jobid, vpid): (u32, u32),
+    eager: usize,
+    my_host: &str,
+) -> Result<Option<ModuleCell>, i32> {
+    let mut fab = match fabric::Module::open(dev, cfg) {
+        Ok(m) => m,
+        Err(e) => {
+            match super::help::exhausted_resource(e.call, e.code) {
+                Some(resource) => show_help!("resource exhausted",
+                    format!("cannot open interface {}: {e}; skipping it", dev.name);
+                    s(my_host), s(&dev.name), s(resource),
+                    s(e.call), s(&e.message), i(e.code),
+                    s("this interface is not used; other interfaces or BTLs may carry the job")),
+                None => show_help!("libfabric API failed",
+                    format!("cannot open interface {}: {e}; skipping it", dev.name);
+                    s(my_host), s(&dev.name), s(e.call), s(file!()), i(line!()),
+                    s(&e.message), i(e.code)),
+            }
+            return Ok(None);
+        }
+    };
+    if let Some(f) = settings.module_faults(vpid, index) {
+        if let Err(e) = fab.set_faults(f) {
+            return Err(decline(&format!("btl_usnic_fault_*: {e}")));
+        }
+        log::verbose(1, || format!("module {index}: fault injection {f:?}"));
+    }
+    let data_mtu = fab.channel_mtu(Channel::Data);
+    let prio_mtu = fab.channel_mtu(Channel::Priority);
+    let mut ec = settings.engine_config(data_mtu, prio_mtu);
+    ec.data_credits = fab.tx_capacity(Channel::Data) as u32;
+    ec.priority_credits = fab.tx_capacity(Channel::Priority) as u32;
+    ec.local_id = module_id(jobid, vpid, index);
+    ec.local_key = random_u64();
+    ec.isn = random_u64() as u16;
+    ec.hash_key = random_u64();
+    ec.rx_window = fab.rx_capacity(Channel::Data) as u32;
+    ec.data_turn = fab.batch_room(Channel::Data).max(1) as u32;
+    // Half the data channel's receive buffers may wait in fragments being reassembled.
+    ec.max_held = (fab.rx_buffers(Channel::Data) / 2) as u32;
+    let entry = ModexEntry {
+        id: ec.local_id,
+        key: ec.local_key,
+        isn: ec.isn,
+        data_mtu: data_mtu as u32,
+        ipv4: dev.ipv4,
+        netmask: dev.netmask,
+        link_speed_mbps: dev.link_speed_mbps,
+        rx_window: ec.rx_window,
+        address: fab.local_address(),
+        // Set below, once an interface opened and the checker runs.
+        cc_port: 0,
+    };
+    let engine = match Engine::new(ec) {
+        Ok(e) => e,
+        Err(e) => return Err(decline(&format!("interface {}: {e}", dev.name))),
+    };
+    let info = module_info(dev, settings, eager);
+    log::verbose(5, || {
+        format!(
+            "module {index}: {} {}/{} data MTU {data_mtu}, priority MTU {prio_mtu}, \
+             receive window {} datagrams, eager limit {eager}, rndv eager limit {}, \
+             max send size {}, exclusivity {}",
+            dev.name,
+            dev.ipv4,
+            dev.netmask,
+            entry.rx_window,
+            info.rndv_eager_limit,
+            info.max_send_size,
+            sys::MCA_BTL_EXCLUSIVITY_DEFAULT
+        )
+    });
+    Ok(Some(ModuleCell::new(
+        index,
+        info,
+        entry,
+        ModuleState::new(fab, engine),
+    )))
+}
+
+/// What the PML is told of a module on `dev`: limits, bandwidth, latency and flags.
+fn module_info(dev: &fabric::DeviceInfo, settings: &Settings, eager: usize) -> ModuleInfo {
+    ModuleInfo {
+        name: dev.name.clone(),
+        eager_limit: eager,
+        rndv_eager_limit: settings.rndv_eager_limit.min(eager),
+        copy_below: settings.copy_below(),
+        max_send_size: max_send_size(settings.max_send_size, eager),
+        bandwidth: if dev.link_speed_mbps > 0 {
+            dev.link_speed_mbps
+        } else {
+            DEFAULT_BANDWIDTH
+        },
+        latency: LATENCY,
+        flags: sys::MCA_BTL_FLAGS_SEND
+            | sys::MCA_BTL_FLAGS_SEND_INPLACE
+            | sys::MCA_BTL_FLAGS_SINGLE_ADD_PROCS
+            | if settings.rdma.0 {
+                sys::MCA_BTL_FLAGS_PUT
+            } else {
+                0
+            }
+            | if settings.rdma.1 {
+                sys::MCA_BTL_FLAGS_GET
+            } else {
+                0
+            },
+        rdma_limit: if settings.rdma.0 || settings.rdma.1 {
+            RDMA_LIMIT
+        } else {
+            0
+        },
+    }
 }
 
 /// Called by the shim if it cannot build the module structs after a successful init.
