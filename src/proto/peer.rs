@@ -80,6 +80,10 @@ pub struct Peer {
     pub dsacks: VecDeque<u16>,
     /// Last acknowledgement progress (or the start of outstanding work).
     pub last_progress: Instant,
+    /// Last time the peer acknowledged a segment it had not acknowledged before (GET reply
+    /// data and new work do not count, unlike for `last_progress`): a segment sent before it
+    /// times out only an RTO after it.
+    pub acked_at: Instant,
     pub next_msg_id: u32,
     pub next_request: u32,
     /// Put ids in flight -> op index (for refusals).
@@ -172,6 +176,7 @@ impl Peer {
             resent: VecDeque::new(),
             dsacks: VecDeque::new(),
             last_progress: now,
+            acked_at: now,
             next_msg_id: 1,
             next_request: 1,
             puts: KeyedIdMap::with_hasher(KeyedIds(cfg.hash_key)),

@@ -111,6 +111,10 @@ pub struct SimConfig {
     pub links: Vec<[Link; 2]>,
     /// NIC serialisation cost per byte on every channel.
     pub ps_per_byte: u64,
+    /// A slower hop behind every node's NIC (0: none), serialising both channels' datagrams in
+    /// one unbounded FIFO, like a rate-limited qdisc: send credits still come back when a
+    /// datagram leaves the NIC, so the queue here grows with what the window lets out.
+    pub bottleneck_ps_per_byte: u64,
     /// One engine configuration per node.
     pub cfg: Vec<Config>,
 }
@@ -143,6 +147,7 @@ impl SimConfig {
             links: vec![[link.clone(), link]; n],
             // 10 Gb/s
             ps_per_byte: 800,
+            bottleneck_ps_per_byte: 0,
             cfg,
         }
     }
@@ -155,6 +160,8 @@ pub struct Node {
     /// Registered memory regions (region id -> bytes).
     pub mem: BTreeMap<u64, Vec<u8>>,
     nic_free: [u64; 2],
+    /// When the bottleneck hop behind the NIC is free (`SimConfig::bottleneck_ps_per_byte`).
+    bottleneck_free: u64,
     /// Expected deliveries: (sending node, tag, len, hash) -> count still expected.
     pub expect: BTreeMap<(usize, u8, usize, u64), u64>,
     /// Operations waiting for completion: cookie -> kind.
@@ -252,6 +259,7 @@ impl Sim {
                 peers,
                 mem: BTreeMap::new(),
                 nic_free: [0; 2],
+                bottleneck_free: 0,
                 expect: BTreeMap::new(),
                 pending: BTreeMap::new(),
                 delivered: 0,
@@ -704,13 +712,21 @@ impl Sim {
                 let done = start + (t.len as u64 * self.sc.ps_per_byte).div_ceil(1000);
                 n.nic_free[c as usize] = done;
                 self.completions.push(Reverse((done, i, c)));
+                let left = match self.sc.bottleneck_ps_per_byte {
+                    0 => done,
+                    ps => {
+                        let at = n.bottleneck_free.max(done) + (t.len as u64 * ps).div_ceil(1000);
+                        n.bottleneck_free = at;
+                        at
+                    }
+                };
                 let link = &self.sc.links[i][c as usize];
                 if self.rng.chance(link.loss) {
                     continue;
                 }
                 let copies = if self.rng.chance(link.dup) { 2 } else { 1 };
                 for _ in 0..copies {
-                    let mut at = done + link.delay_ns + self.rng.below(link.jitter_ns + 1);
+                    let mut at = left + link.delay_ns + self.rng.below(link.jitter_ns + 1);
                     if self.rng.chance(link.reorder) {
                         at += self.rng.below(link.reorder_ns + 1);
                     }

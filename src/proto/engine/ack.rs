@@ -99,6 +99,7 @@ impl Engine {
         progress |= sack_new;
         if progress {
             p.last_progress = now;
+            p.acked_at = now;
             p.rtt.backoff = 0;
         } else if p.sw.in_flight() > 0 {
             self.stats.dup_acks += 1;

@@ -64,8 +64,10 @@ pub struct Engine {
     last_write: Option<LastWrite>,
     /// Buffers of finished sends and deliveries, reused for new ones.
     spares: Spares,
-    /// Expired segments waiting for the next timeout (scratch of `handle_timeout`).
-    rearm: Vec<super::seq::Seq>,
+    /// Segments whose timer `handle_timeout` sets again, with the new deadline, and the
+    /// expired ones beyond the probes, whose deadline follows the backoff (its scratch).
+    rearm: Vec<(super::seq::Seq, Instant)>,
+    overflow: Vec<super::seq::Seq>,
     /// Receive buffers kept for reassembly now (at most `Config::max_held`).
     held: u32,
 }
@@ -92,6 +94,7 @@ impl Engine {
             last_write: None,
             spares: Spares::default(),
             rearm: Vec::new(),
+            overflow: Vec::new(),
             held: 0,
         })
     }

@@ -34,13 +34,26 @@ impl Engine {
             // when a rank is descheduled or a burst is still being read), nothing else is
             // resent; when they were lost, the probe's ACK lets fast repair declare them lost
             // (it was transmitted after them), one round trip later.
+            //
+            // A segment sent before the peer's latest new acknowledgement times out only an RTO
+            // after that (RFC 6298, 5.3: the timer restarts when new data is acknowledged).
+            // Acknowledgements that keep coming while it waits mean the segments ahead of it
+            // are still draining from a queue (a link slower than the sender); were it lost
+            // with later ones arriving, fast repair finds it, and once they stop, it expires.
             let mut expired = false;
             let mut probes = 0;
+            let rto = Duration(p.rtt.rto());
             self.rearm.clear();
+            self.overflow.clear();
             while let Some(seq) = p.hotel.pop_expired(now) {
                 let s = crate::proto::seq::Seq(seq as u16);
+                let due = p.sw.get(s).sent_at.max(p.acked_at) + rto;
+                if due > now {
+                    self.rearm.push((s, due));
+                    continue;
+                }
                 if probes == TIMEOUT_PROBES {
-                    self.rearm.push(s);
+                    self.overflow.push(s);
                     continue;
                 }
                 probes += 1;
@@ -53,17 +66,19 @@ impl Engine {
             if expired {
                 p.rtt.backoff();
                 let deadline = now + Duration(p.rtt.rto());
-                for &s in &self.rearm {
-                    match p.hotel.checkin(s.0 as u32, deadline) {
-                        Some(room) => p.sw.get_mut(s).room = room,
-                        None => {
-                            // No room (cannot happen: these rooms were just vacated); never
-                            // leave a segment without a timer.
-                            let r = p.sw.get_mut(s);
-                            r.state = SegState::Lost;
-                            r.fast = false;
-                            p.resend_q.push_back(s.0);
-                        }
+                self.rearm
+                    .extend(self.overflow.iter().map(|&s| (s, deadline)));
+            }
+            for &(s, deadline) in &self.rearm {
+                match p.hotel.checkin(s.0 as u32, deadline) {
+                    Some(room) => p.sw.get_mut(s).room = room,
+                    None => {
+                        // No room (cannot happen: these rooms were just vacated); never
+                        // leave a segment without a timer.
+                        let r = p.sw.get_mut(s);
+                        r.state = SegState::Lost;
+                        r.fast = false;
+                        p.resend_q.push_back(s.0);
                     }
                 }
             }
