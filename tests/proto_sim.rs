@@ -270,6 +270,33 @@ fn a_slow_hop_with_a_queue_is_not_taken_for_loss() {
     );
 }
 
+/// The other side of the rule above: a tiny message lost in a stream of them (the priority
+/// channel, which fast repair leaves to the timeout) is resent after its own timeout, although
+/// the later messages keep being acknowledged. Were every new acknowledgement to restart its
+/// timer, it would wait until the stream paused or the window filled (a draft did so: the
+/// message below was still not resent 9 ms after it was lost).
+#[test]
+fn a_lost_tiny_message_is_not_held_back_by_the_acks_of_later_ones() {
+    let mut s = Sim::new(SimConfig::uniform(Link::lossy(0.0), 4096), seed(32));
+    // Node 0's 20th priority datagram, the 20th message: one every 50 us, far less than the
+    // retransmit timeout's floor (500 us) apart.
+    s.lose.push((0, 0, 20));
+    for id in 1..=400u64 {
+        s.send(0, id, 1, 16);
+        s.run_to(id * 50_000);
+        if id == 200 {
+            let st = s.nodes[0].eng.stats();
+            assert_eq!(
+                st.resends_timeout, 1,
+                "the message lost at 1 ms is not resent at 10 ms: {st:?}"
+            );
+        }
+    }
+    s.settle("paced stream");
+    let st = s.nodes[0].eng.stats();
+    assert_eq!(st.resends_timeout + st.resends_fast, 1, "{st:?}");
+}
+
 /// Reordering without loss (a quarter of the datagrams held back by up to 6 one-way delays, like
 /// netem's `delay 300us reorder 25%`): every repair is spurious. The receiver reports each
 /// duplicate it gets (D-SACK, docs/wire.md §6), so the sender widens its reordering allowance

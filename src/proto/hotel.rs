@@ -4,8 +4,8 @@
 //! free rooms. Check-in appends at the tail, which keeps the list ordered because a deadline
 //! earlier than the tail's is raised to the tail's (the retransmit timeout of one peer only
 //! grows by backoff or shrinks slowly with RTT samples, so the clamp delays a timer by at most
-//! the RTO's decrease; a timer set again from the peer's last new acknowledgement, less than
-//! an RTO ago, by at most the time since it). Check-out unlinks in O(1); a stale `RoomId` (the room was vacated by
+//! the RTO's decrease, and one set again from the peer's latest acknowledgement by at most the
+//! time since that). Check-out unlinks in O(1); a stale `RoomId` (the room was vacated by
 //! expiry or re-let since) is recognised by its generation and ignored, as `opal_hotel`'s
 //! "late checkout fails gracefully". Expiry pops from the head.
 

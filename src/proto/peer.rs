@@ -8,7 +8,8 @@ use super::fragment::OpSlab;
 use super::hotel::Hotel;
 use super::idmap::{KeyedIdMap, KeyedIds};
 use super::rtt::Rtt;
-use super::window::{RecvWindow, SendWindow};
+use super::seq::Seq;
+use super::window::{RecvWindow, SegState, SendWindow};
 
 /// A GET issued by this side, waiting for its reply.
 #[derive(Clone, Debug)]
@@ -81,9 +82,12 @@ pub struct Peer {
     /// Last acknowledgement progress (or the start of outstanding work).
     pub last_progress: Instant,
     /// Last time the peer acknowledged a segment it had not acknowledged before (GET reply
-    /// data and new work do not count, unlike for `last_progress`): a segment sent before it
-    /// times out only an RTO after it.
+    /// data and new work do not count, unlike for `last_progress`), and the latest
+    /// transmission (either channel) it has acknowledged: a segment transmitted after that one
+    /// may still wait in a queue behind those being acknowledged, so it times out only an RTO
+    /// after the latest new acknowledgement.
     pub acked_at: Instant,
+    pub acked_tx: u64,
     pub next_msg_id: u32,
     pub next_request: u32,
     /// Put ids in flight -> op index (for refusals).
@@ -177,6 +181,7 @@ impl Peer {
             dsacks: VecDeque::new(),
             last_progress: now,
             acked_at: now,
+            acked_tx: 0,
             next_msg_id: 1,
             next_request: 1,
             puts: KeyedIdMap::with_hasher(KeyedIds(cfg.hash_key)),
@@ -224,6 +229,14 @@ impl Peer {
     /// request is still detected).
     pub fn outstanding(&self) -> bool {
         self.ops.live() > 0 || !self.held_puts.is_empty() || !self.gets.is_empty()
+    }
+
+    /// Segment `s` (out of the hotel) is to be resent: by fast repair, or else by timeout.
+    pub fn declare_lost(&mut self, s: Seq, fast: bool) {
+        let r = self.sw.get_mut(s);
+        r.state = SegState::Lost;
+        r.fast = fast;
+        self.resend_q.push_back(s.0);
     }
 }
 

@@ -160,6 +160,8 @@ pub struct Node {
     /// Registered memory regions (region id -> bytes).
     pub mem: BTreeMap<u64, Vec<u8>>,
     nic_free: [u64; 2],
+    /// Datagrams this node has sent on each channel (for `Sim::lose`).
+    sent: [u64; 2],
     /// When the bottleneck hop behind the NIC is free (`SimConfig::bottleneck_ps_per_byte`).
     bottleneck_free: u64,
     /// Expected deliveries: (sending node, tag, len, hash) -> count still expected.
@@ -234,6 +236,9 @@ pub struct Sim {
     /// A node whose identity forged datagrams carry (`inject`): what is delivered as from it is
     /// not checked against expectations; everything from the other nodes still is.
     pub forged: Option<usize>,
+    /// Datagrams lost on purpose besides the links' random loss: (node, channel 0/1, n) loses
+    /// the node's n-th datagram on that channel (counted from 1).
+    pub lose: Vec<(usize, u8, u64)>,
     unchecked: bool,
 }
 
@@ -259,6 +264,7 @@ impl Sim {
                 peers,
                 mem: BTreeMap::new(),
                 nic_free: [0; 2],
+                sent: [0; 2],
                 bottleneck_free: 0,
                 expect: BTreeMap::new(),
                 pending: BTreeMap::new(),
@@ -284,6 +290,7 @@ impl Sim {
             datagrams: 0,
             trace: None,
             forged: None,
+            lose: Vec::new(),
             unchecked: false,
         }
     }
@@ -416,6 +423,19 @@ impl Sim {
             };
             self.now = self.now.max(t);
         }
+    }
+
+    /// Runs every event up to time `t` and stops there, so an application can act at `t`
+    /// (`run_until` jumps to the next event, which may lie beyond).
+    pub fn run_to(&mut self, t: u64) {
+        loop {
+            self.pass();
+            match self.next_time() {
+                Some(x) if x <= t => self.now = self.now.max(x),
+                _ => break,
+            }
+        }
+        self.now = self.now.max(t);
     }
 
     /// Runs to quiescence within the bounds the randomized workloads use, and checks that
@@ -720,8 +740,9 @@ impl Sim {
                         at
                     }
                 };
+                n.sent[c as usize] += 1;
                 let link = &self.sc.links[i][c as usize];
-                if self.rng.chance(link.loss) {
+                if self.rng.chance(link.loss) || self.lose.contains(&(i, c, n.sent[c as usize])) {
                     continue;
                 }
                 let copies = if self.rng.chance(link.dup) { 2 } else { 1 };

@@ -139,6 +139,7 @@ fn delivered(
     echo: u64,
 ) {
     let rtt = now.0.saturating_sub(rec.sent_at.0);
+    p.acked_tx = p.acked_tx.max(rec.tx);
     if !rec.retx {
         p.rtt.sample(rtt);
     } else if rec.fast {
@@ -246,10 +247,7 @@ pub(super) fn detect_losses(p: &mut Peer, now: Instant) -> bool {
             break;
         }
         p.hotel.checkout(room);
-        let r = p.sw.get_mut(s);
-        r.state = SegState::Lost;
-        r.fast = true;
-        p.resend_q.push_back(seq as u16);
+        p.declare_lost(s, true);
         any = true;
     }
     any

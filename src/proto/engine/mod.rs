@@ -64,9 +64,10 @@ pub struct Engine {
     last_write: Option<LastWrite>,
     /// Buffers of finished sends and deliveries, reused for new ones.
     spares: Spares,
-    /// Segments whose timer `handle_timeout` sets again, with the new deadline, and the
-    /// expired ones beyond the probes, whose deadline follows the backoff (its scratch).
+    /// Segments whose timer `handle_timeout` sets again, with the new deadline (its scratch).
     rearm: Vec<(super::seq::Seq, Instant)>,
+    /// Expired segments beyond a timeout's probes: their new deadline is known only once the
+    /// timeout has backed the RTO off (`handle_timeout`'s scratch).
     overflow: Vec<super::seq::Seq>,
     /// Receive buffers kept for reassembly now (at most `Config::max_held`).
     held: u32,

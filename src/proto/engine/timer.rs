@@ -8,7 +8,6 @@ use crate::proto::api::*;
 use crate::proto::fragment::OpSlab;
 use crate::proto::peer::{prune, Peer};
 use crate::proto::spare::Spares;
-use crate::proto::window::SegState;
 
 /// Expired segments resent per peer per timeout (the rest wait for the probes' ACKs). A
 /// small window recovers from heavy loss mostly by timeout, so a single probe would serialise
@@ -35,11 +34,14 @@ impl Engine {
             // resent; when they were lost, the probe's ACK lets fast repair declare them lost
             // (it was transmitted after them), one round trip later.
             //
-            // A segment sent before the peer's latest new acknowledgement times out only an RTO
-            // after that (RFC 6298, 5.3: the timer restarts when new data is acknowledged).
-            // Acknowledgements that keep coming while it waits mean the segments ahead of it
-            // are still draining from a queue (a link slower than the sender); were it lost
-            // with later ones arriving, fast repair finds it, and once they stop, it expires.
+            // A segment transmitted after every one the peer has acknowledged times out only an
+            // RTO after the peer's latest new acknowledgement (RFC 6298, 5.3: the timer
+            // restarts when new data is acknowledged): while those keep coming, the segments
+            // ahead of it are still draining from a queue (a link slower than the sender).
+            // Once one transmitted after it is acknowledged, it is not waiting behind anything:
+            // its own timeout stands (fast repair may find it sooner, on the data channel).
+            // The RTO is today's, backed off by any timeout since, as RFC 6298's one timer
+            // would be: after a timeout, the segments sent with it wait for the probes' ACKs.
             let mut expired = false;
             let mut probes = 0;
             let rto = Duration(p.rtt.rto());
@@ -47,8 +49,9 @@ impl Engine {
             self.overflow.clear();
             while let Some(seq) = p.hotel.pop_expired(now) {
                 let s = crate::proto::seq::Seq(seq as u16);
-                let due = p.sw.get(s).sent_at.max(p.acked_at) + rto;
-                if due > now {
+                let r = p.sw.get(s);
+                let due = r.sent_at.max(p.acked_at) + rto;
+                if r.tx > p.acked_tx && due > now {
                     self.rearm.push((s, due));
                     continue;
                 }
@@ -57,10 +60,7 @@ impl Engine {
                     continue;
                 }
                 probes += 1;
-                let r = p.sw.get_mut(s);
-                r.state = SegState::Lost;
-                r.fast = false;
-                p.resend_q.push_back(s.0);
+                p.declare_lost(s, false);
                 expired = true;
             }
             if expired {
@@ -72,14 +72,9 @@ impl Engine {
             for &(s, deadline) in &self.rearm {
                 match p.hotel.checkin(s.0 as u32, deadline) {
                     Some(room) => p.sw.get_mut(s).room = room,
-                    None => {
-                        // No room (cannot happen: these rooms were just vacated); never
-                        // leave a segment without a timer.
-                        let r = p.sw.get_mut(s);
-                        r.state = SegState::Lost;
-                        r.fast = false;
-                        p.resend_q.push_back(s.0);
-                    }
+                    // No room (cannot happen: these rooms were just vacated); never leave a
+                    // segment without a timer.
+                    None => p.declare_lost(s, false),
                 }
             }
             release_lent(
