@@ -123,8 +123,9 @@ pub struct ModuleState {
     pub gets: u64,
     /// Datagrams longer than the channel's MTU (the fabric reports them as truncated receives).
     pub oversize_recvs: u64,
-    /// Times the fabric refused a lone datagram or a batch as busy (a full socket or provider
-    /// queue); each is kept and offered again on a later pass (statistics).
+    /// Times the fabric refused a lone datagram as busy (a full socket or provider queue;
+    /// a retry refused again counts again), and transmit passes whose closing batched send it
+    /// refused so; either is kept and offered again on a later pass (statistics).
     pub busy_sends: u64,
     pub busy_batches: u64,
     /// Progress calls skipped while the module has no peer (it is polled every
