@@ -270,6 +270,43 @@ fn a_slow_hop_with_a_queue_is_not_taken_for_loss() {
     );
 }
 
+/// The slow hop again, with one datagram only late: held back 20 ms, it is fast-repaired, and
+/// the ACK of its late original names the resend, still far back in the queue. One late
+/// datagram must cost one resend, not the timeouts of the segments queued with it (the code
+/// before the restart resent 212 of 3352 here). The ACK of the late original counts for the
+/// restart only as far as the peer's echo vouches (`Peer::acked_tx`); this simulation does not
+/// tell that rule from counting the resend whole (both pass: the segments queued behind the
+/// resend are acknowledged before their RTO, which has grown with the queue by then).
+#[test]
+fn a_late_original_behind_a_slow_hop_does_not_end_the_restart() {
+    let seed = seed(33);
+    let mut sc = SimConfig::uniform(Link::lossy(0.0), 4096);
+    sc.bottleneck_ps_per_byte = 8_000;
+    for c in &mut sc.cfg {
+        c.data_credits = 4096;
+    }
+    let mut s = Sim::new(sc, seed);
+    s.hold.push((0, 1, 200, 20_000_000));
+    let mut rng = Rng(seed);
+    for id in 1..=300 {
+        let len = size(&mut rng);
+        s.send(0, id, 1, len);
+    }
+    s.settle(&format!("seed {seed}"));
+    let st = s.nodes[0].eng.stats();
+    eprintln!("{st:?}");
+    let resent = st.resends_timeout + st.resends_fast;
+    assert!(
+        resent >= 1,
+        "seed {seed}: the held datagram was never resent: {st:?}"
+    );
+    assert!(
+        resent * 100 <= st.sends,
+        "seed {seed}: {resent} of {} segments resent for one late datagram: {st:?}",
+        st.sends
+    );
+}
+
 /// The other side of the rule above: a tiny message lost in a stream of them (the priority
 /// channel, which fast repair leaves to the timeout) is resent after its own timeout, although
 /// the later messages keep being acknowledged. Were every new acknowledgement to restart its

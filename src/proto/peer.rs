@@ -82,12 +82,13 @@ pub struct Peer {
     /// Last acknowledgement progress (or the start of outstanding work).
     pub last_progress: Instant,
     /// Last time the peer acknowledged a segment it had not acknowledged before (GET reply
-    /// data and new work do not count, unlike for `last_progress`), and the latest
-    /// transmission (either channel) it has acknowledged: a segment transmitted after that one
-    /// may still wait in a queue behind those being acknowledged, so it times out only an RTO
-    /// after the latest new acknowledgement.
+    /// data and new work do not count, unlike for `last_progress`). A segment that may still
+    /// wait in a queue behind the ones being acknowledged times out only an RTO after it.
     pub acked_at: Instant,
-    pub acked_tx: u64,
+    /// The latest transmission the peer has acknowledged, by the channel it went on
+    /// (`[data, priority]`, indexed by `SegRec::prio`): only a segment transmitted after it on
+    /// the same channel can still be queued behind it (a priority datagram may overtake data).
+    pub acked_tx: [u64; 2],
     pub next_msg_id: u32,
     pub next_request: u32,
     /// Put ids in flight -> op index (for refusals).
@@ -181,7 +182,7 @@ impl Peer {
             dsacks: VecDeque::new(),
             last_progress: now,
             acked_at: now,
-            acked_tx: 0,
+            acked_tx: [0; 2],
             next_msg_id: 1,
             next_request: 1,
             puts: KeyedIdMap::with_hasher(KeyedIds(cfg.hash_key)),

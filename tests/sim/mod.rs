@@ -239,6 +239,9 @@ pub struct Sim {
     /// Datagrams lost on purpose besides the links' random loss: (node, channel 0/1, n) loses
     /// the node's n-th datagram on that channel (counted from 1).
     pub lose: Vec<(usize, u8, u64)>,
+    /// Datagrams held back on purpose: (node, channel 0/1, n, ns) delivers the node's n-th
+    /// datagram on that channel `ns` later than its link would.
+    pub hold: Vec<(usize, u8, u64, u64)>,
     unchecked: bool,
 }
 
@@ -291,6 +294,7 @@ impl Sim {
             trace: None,
             forged: None,
             lose: Vec::new(),
+            hold: Vec::new(),
             unchecked: false,
         }
     }
@@ -428,8 +432,15 @@ impl Sim {
     /// Runs every event up to time `t` and stops there, so an application can act at `t`
     /// (`run_until` jumps to the next event, which may lie beyond).
     pub fn run_to(&mut self, t: u64) {
+        let start = self.steps;
         loop {
             self.pass();
+            // A deadline an engine keeps reporting without clearing it would spin here.
+            assert!(
+                self.steps - start < 1_000_000,
+                "run_to({t}): no end at {} ns",
+                self.now
+            );
             match self.next_time() {
                 Some(x) if x <= t => self.now = self.now.max(x),
                 _ => break,
@@ -745,9 +756,15 @@ impl Sim {
                 if self.rng.chance(link.loss) || self.lose.contains(&(i, c, n.sent[c as usize])) {
                     continue;
                 }
+                let nth = n.sent[c as usize];
+                let held = self
+                    .hold
+                    .iter()
+                    .find(|h| (h.0, h.1, h.2) == (i, c, nth))
+                    .map_or(0, |h| h.3);
                 let copies = if self.rng.chance(link.dup) { 2 } else { 1 };
                 for _ in 0..copies {
-                    let mut at = left + link.delay_ns + self.rng.below(link.jitter_ns + 1);
+                    let mut at = left + held + link.delay_ns + self.rng.below(link.jitter_ns + 1);
                     if self.rng.chance(link.reorder) {
                         at += self.rng.below(link.reorder_ns + 1);
                     }

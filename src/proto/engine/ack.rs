@@ -139,7 +139,11 @@ fn delivered(
     echo: u64,
 ) {
     let rtt = now.0.saturating_sub(rec.sent_at.0);
-    p.acked_tx = p.acked_tx.max(rec.tx);
+    // For data, no later than the echo: the ACK of a late original names the resend, which may
+    // still be in a queue, with the segments sent before it.
+    let tx = if rec.prio { rec.tx } else { rec.tx.min(echo) };
+    let acked = &mut p.acked_tx[rec.prio as usize];
+    *acked = (*acked).max(tx);
     if !rec.retx {
         p.rtt.sample(rtt);
     } else if rec.fast {

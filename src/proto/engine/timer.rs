@@ -34,12 +34,13 @@ impl Engine {
             // resent; when they were lost, the probe's ACK lets fast repair declare them lost
             // (it was transmitted after them), one round trip later.
             //
-            // A segment transmitted after every one the peer has acknowledged times out only an
-            // RTO after the peer's latest new acknowledgement (RFC 6298, 5.3: the timer
-            // restarts when new data is acknowledged): while those keep coming, the segments
-            // ahead of it are still draining from a queue (a link slower than the sender).
-            // Once one transmitted after it is acknowledged, it is not waiting behind anything:
-            // its own timeout stands (fast repair may find it sooner, on the data channel).
+            // A segment transmitted after every one the peer has acknowledged on its channel
+            // times out only an RTO after the peer's latest new acknowledgement (RFC 6298, 5.3:
+            // the timer restarts when new data is acknowledged): while those keep coming, the
+            // segments ahead of it are still draining from a queue (a link slower than the
+            // sender). Once one transmitted after it on its channel is acknowledged, it is not
+            // waiting behind anything: its own timeout stands (fast repair may find it sooner,
+            // on the data channel).
             // The RTO is today's, backed off by any timeout since, as RFC 6298's one timer
             // would be: after a timeout, the segments sent with it wait for the probes' ACKs.
             let mut expired = false;
@@ -51,7 +52,7 @@ impl Engine {
                 let s = crate::proto::seq::Seq(seq as u16);
                 let r = p.sw.get(s);
                 let due = r.sent_at.max(p.acked_at) + rto;
-                if r.tx > p.acked_tx && due > now {
+                if r.tx > p.acked_tx[r.prio as usize] && due > now {
                     self.rearm.push((s, due));
                     continue;
                 }
@@ -69,12 +70,16 @@ impl Engine {
                 self.rearm
                     .extend(self.overflow.iter().map(|&s| (s, deadline)));
             }
+            let mut orphaned = false;
             for &(s, deadline) in &self.rearm {
                 match p.hotel.checkin(s.0 as u32, deadline) {
                     Some(room) => p.sw.get_mut(s).room = room,
                     // No room (cannot happen: these rooms were just vacated); never leave a
-                    // segment without a timer.
-                    None => p.declare_lost(s, false),
+                    // segment without a timer or a resend.
+                    None => {
+                        p.declare_lost(s, false);
+                        orphaned = true;
+                    }
                 }
             }
             release_lent(
@@ -87,7 +92,7 @@ impl Engine {
                 &mut self.spares,
                 &mut self.stats,
             );
-            let mut lost = expired;
+            let mut lost = expired || orphaned;
             if p.rack_deadline.is_some_and(|d| d <= now) {
                 lost |= detect_losses(p, now);
             }
