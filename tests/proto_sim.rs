@@ -231,6 +231,27 @@ fn no_spurious_repair_without_loss_or_reordering() {
     }
 }
 
+/// 300 sends of mixed sizes from node 0 across a 1 Gb/s hop behind the 10 Gb/s NIC, with an
+/// unbounded queue, run to the end (after `tweak`); node 0's statistics.
+fn slow_hop_stream(seed: u64, tweak: impl FnOnce(&mut Sim)) -> Stats {
+    let mut sc = SimConfig::uniform(Link::lossy(0.0), 4096);
+    sc.bottleneck_ps_per_byte = 8_000;
+    // Credits as on a udp socket, where a datagram is done once the kernel has it: the queue
+    // grows with the window, not with the NIC's send queue.
+    for c in &mut sc.cfg {
+        c.data_credits = 4096;
+    }
+    let mut s = Sim::new(sc, seed);
+    tweak(&mut s);
+    let mut rng = Rng(seed);
+    for id in 1..=300 {
+        let len = size(&mut rng);
+        s.send(0, id, 1, len);
+    }
+    s.settle(&format!("seed {seed}"));
+    s.nodes[0].eng.stats().clone()
+}
+
 /// A hop slower than the NIC (a rate-limited link, 1 Gb/s behind 10 Gb/s) with an unbounded
 /// queue: the window lets a burst of segments out at the NIC's rate, and the last of them wait
 /// in the queue for longer than the retransmit timeout the sender had when it sent them.
@@ -241,21 +262,7 @@ fn no_spurious_repair_without_loss_or_reordering() {
 #[test]
 fn a_slow_hop_with_a_queue_is_not_taken_for_loss() {
     let seed = seed(31);
-    let mut sc = SimConfig::uniform(Link::lossy(0.0), 4096);
-    sc.bottleneck_ps_per_byte = 8_000;
-    // Credits as on a udp socket, where a datagram is done once the kernel has it: the queue
-    // grows with the window, not with the NIC's send queue.
-    for c in &mut sc.cfg {
-        c.data_credits = 4096;
-    }
-    let mut s = Sim::new(sc, seed);
-    let mut rng = Rng(seed);
-    for id in 1..=300 {
-        let len = size(&mut rng);
-        s.send(0, id, 1, len);
-    }
-    s.settle(&format!("seed {seed}"));
-    let st = s.nodes[0].eng.stats();
+    let st = slow_hop_stream(seed, |_| {});
     eprintln!("{st:?}");
     assert!(
         st.sends > 1000,
@@ -280,20 +287,7 @@ fn a_slow_hop_with_a_queue_is_not_taken_for_loss() {
 #[test]
 fn a_late_original_behind_a_slow_hop_does_not_end_the_restart() {
     let seed = seed(33);
-    let mut sc = SimConfig::uniform(Link::lossy(0.0), 4096);
-    sc.bottleneck_ps_per_byte = 8_000;
-    for c in &mut sc.cfg {
-        c.data_credits = 4096;
-    }
-    let mut s = Sim::new(sc, seed);
-    s.hold.push((0, 1, 200, 20_000_000));
-    let mut rng = Rng(seed);
-    for id in 1..=300 {
-        let len = size(&mut rng);
-        s.send(0, id, 1, len);
-    }
-    s.settle(&format!("seed {seed}"));
-    let st = s.nodes[0].eng.stats();
+    let st = slow_hop_stream(seed, |s| s.hold.push((0, 1, 200, 20_000_000)));
     eprintln!("{st:?}");
     let resent = st.resends_timeout + st.resends_fast;
     assert!(
