@@ -84,6 +84,17 @@ impl ChannelRes {
         fi_addr: sys::fi_addr_t,
     ) -> Result<Posted, FabricError> {
         let i = self.checked_tx(buf, len)?;
+        self.send_lent(i, len, to, fi_addr)
+    }
+
+    /// `post_send` of lent buffer `i`, already checked (`checked_tx`).
+    pub(super) fn send_lent(
+        &mut self,
+        i: usize,
+        len: usize,
+        to: Dest,
+        fi_addr: sys::fi_addr_t,
+    ) -> Result<Posted, FabricError> {
         if let Some(fd) = self.send_socket {
             return self.send_on_socket(fd, i, len, [&[], &[]], to);
         }
@@ -245,6 +256,20 @@ impl ChannelRes {
         fi_addr: sys::fi_addr_t,
     ) -> Result<Posted, FabricError> {
         let (i, total) = self.checked_gather(buf, len, body)?;
+        self.gather_lent(i, len, total, body, to, fi_addr)
+    }
+
+    /// `post_send_gather` of lent buffer `i`, already checked for the `total` bytes it makes
+    /// with `body` (`checked_gather`).
+    pub(super) fn gather_lent(
+        &mut self,
+        i: usize,
+        len: usize,
+        total: usize,
+        body: [&[u8]; 2],
+        to: Dest,
+        fi_addr: sys::fi_addr_t,
+    ) -> Result<Posted, FabricError> {
         if let Some(fd) = self.send_socket {
             return self.send_on_socket(fd, i, len, body, to);
         }
