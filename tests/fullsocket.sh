@@ -31,11 +31,16 @@ ok() { echo "PASS $*"; pass=$((pass + 1)); }
 bad() { echo "FAIL $*"; fail=$((fail + 1)); }
 finish() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit $?; }
 
+# usnic_final_lines: the final statistics lines in the given logs.
+SUITE_DIR=$ROOT/tests/suite
+# shellcheck source=tests/suite/netns_lib.sh
+. "$SUITE_DIR/netns_lib.sh"
+
 # Sum of counter $1 over the final statistics lines in the files $2...; empty when there is none.
 final_sum() {
     local key=$1
     shift
-    grep -ho 'stats (final) .*' "$@" 2>/dev/null | grep -oE " $key=[0-9]+" | cut -d= -f2 |
+    usnic_final_lines "$@" | grep -oE " $key=[0-9]+" | cut -d= -f2 |
         awk '{s += $1; n++} END {if (n) print s}'
 }
 
