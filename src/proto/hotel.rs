@@ -8,6 +8,10 @@
 //! time since that). Check-out unlinks in O(1); a stale `RoomId` (the room was vacated by
 //! expiry or re-let since) is recognised by its generation and ignored, as `opal_hotel`'s
 //! "late checkout fails gracefully". Expiry pops from the head.
+//!
+//! A peer's hotel starts with a room per window slot, which is all a segment in flight needs
+//! (it holds one room at most). Check-in still never fails: with every room taken it builds
+//! another, since a segment left without a timer would wait for its ACK forever if lost.
 
 use super::api::Instant;
 
@@ -40,22 +44,17 @@ pub struct Hotel {
 
 impl Hotel {
     pub fn new(rooms: usize) -> Hotel {
-        let rooms_v = (0..rooms)
-            .map(|_| Room {
-                occupant: 0,
-                deadline: Instant(0),
-                prev: NIL,
-                next: NIL,
-                gen: 0,
-                occupied: false,
-            })
-            .collect();
-        Hotel {
-            rooms: rooms_v,
-            free: (0..rooms as u32).rev().collect(),
+        let mut h = Hotel {
+            rooms: Vec::with_capacity(rooms),
+            free: Vec::with_capacity(rooms),
             head: NIL,
             tail: NIL,
+        };
+        for _ in 0..rooms {
+            h.build_room();
         }
+        h.free.extend((0..rooms as u32).rev());
+        h
     }
 
     pub fn capacity(&self) -> usize {
@@ -71,9 +70,11 @@ impl Hotel {
     }
 
     /// Lets a room to `occupant` until `deadline` (raised to the latest deadline present).
-    /// `None` when every room is taken.
-    pub fn checkin(&mut self, occupant: u32, deadline: Instant) -> Option<RoomId> {
-        let idx = self.free.pop()?;
+    pub fn checkin(&mut self, occupant: u32, deadline: Instant) -> RoomId {
+        let idx = match self.free.pop() {
+            Some(idx) => idx,
+            None => self.build_room(),
+        };
         let deadline = if self.tail != NIL {
             deadline.max(self.rooms[self.tail as usize].deadline)
         } else {
@@ -94,7 +95,20 @@ impl Hotel {
             self.head = idx;
         }
         self.tail = idx;
-        Some(RoomId { idx, gen })
+        RoomId { idx, gen }
+    }
+
+    #[cold]
+    fn build_room(&mut self) -> u32 {
+        self.rooms.push(Room {
+            occupant: 0,
+            deadline: Instant(0),
+            prev: NIL,
+            next: NIL,
+            gen: 0,
+            occupied: false,
+        });
+        self.rooms.len() as u32 - 1
     }
 
     /// Vacates a room; returns its occupant, or `None` for a stale or unknown id.
@@ -184,19 +198,16 @@ mod tests {
             let mut stale: Vec<RoomId> = Vec::new();
             let mut now = 0u64;
             let mut order = 0u64;
+            let mut peak = 0;
             for _ in 0..2_000 {
                 match rnd() % 5 {
                     0 | 1 => {
                         let occ = (rnd() % 1000) as u32;
                         let dl = Instant(now + rnd() % 100);
                         let r = h.checkin(occ, dl);
-                        if oracle.len() == cap {
-                            assert!(r.is_none());
-                        } else {
-                            let max = oracle.iter().map(|o| o.0).max().unwrap_or(Instant(0));
-                            order += 1;
-                            oracle.push((dl.max(max), order, occ, r.unwrap()));
-                        }
+                        let max = oracle.iter().map(|o| o.0).max().unwrap_or(Instant(0));
+                        order += 1;
+                        oracle.push((dl.max(max), order, occ, r));
                     }
                     2 => {
                         if !oracle.is_empty() {
@@ -224,6 +235,12 @@ mod tests {
                     }
                 }
                 assert_eq!(h.len(), oracle.len(), "round {round}");
+                peak = peak.max(oracle.len());
+                assert_eq!(
+                    h.capacity(),
+                    cap.max(peak),
+                    "a room is built only when all are let"
+                );
                 let min = oracle.iter().map(|o| (o.0, o.1)).min();
                 assert_eq!(h.next_deadline(), min.map(|m| m.0));
             }

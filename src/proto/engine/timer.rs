@@ -70,17 +70,8 @@ impl Engine {
                 self.rearm
                     .extend(self.overflow.iter().map(|&s| (s, deadline)));
             }
-            let mut orphaned = false;
             for &(s, deadline) in &self.rearm {
-                match p.hotel.checkin(s.0 as u32, deadline) {
-                    Some(room) => p.sw.get_mut(s).room = room,
-                    // No room (cannot happen: these rooms were just vacated); never leave a
-                    // segment without a timer or a resend.
-                    None => {
-                        p.declare_lost(s, false);
-                        orphaned = true;
-                    }
-                }
+                p.sw.get_mut(s).room = p.hotel.checkin(s.0 as u32, deadline);
             }
             release_lent(
                 p,
@@ -92,7 +83,7 @@ impl Engine {
                 &mut self.spares,
                 &mut self.stats,
             );
-            let mut lost = expired || orphaned;
+            let mut lost = expired;
             if p.rack_deadline.is_some_and(|d| d <= now) {
                 lost |= detect_losses(p, now);
             }

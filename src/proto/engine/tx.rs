@@ -4,7 +4,6 @@
 use super::Engine;
 use crate::proto::api::*;
 use crate::proto::fragment::OpKind;
-use crate::proto::hotel::RoomId;
 use crate::proto::payload::Payload;
 use crate::proto::peer::{Peer, RESENT_MEMORY};
 use crate::proto::seq::Seq;
@@ -199,13 +198,7 @@ impl Engine {
             let rto = p.rtt.rto();
             let seq = p.sw.next;
             p.tx_count += 1;
-            let room = p
-                .hotel
-                .checkin(seq.0 as u32, now + Duration(rto))
-                .unwrap_or(RoomId {
-                    idx: u32::MAX,
-                    gen: 0,
-                });
+            let room = p.hotel.checkin(seq.0 as u32, now + Duration(rto));
             let rec = SegRec {
                 state: SegState::InFlight,
                 op: idx,
@@ -291,13 +284,7 @@ impl Engine {
                 let rto = p.rtt.rto();
                 p.tx_count += 1;
                 let tx = p.tx_count;
-                let room = p
-                    .hotel
-                    .checkin(seq as u32, now + Duration(rto))
-                    .unwrap_or(RoomId {
-                        idx: u32::MAX,
-                        gen: 0,
-                    });
+                let room = p.hotel.checkin(seq as u32, now + Duration(rto));
                 let r = p.sw.get_mut(s);
                 r.state = SegState::InFlight;
                 r.sent_at = now;
