@@ -174,8 +174,6 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
     };
     log::set_verbosity(settings.verbose);
     log::init_tracing(&my_host, vpid);
-    // The lock is needed with MPI threads, and whenever the ACK helper thread runs.
-    lock::set_threaded(mpi_threads || settings.ack_thread);
     if settings.base_udp_port != 0 {
         return decline_param(
             &my_host,
@@ -205,7 +203,6 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
         }
     }
     if modules.is_empty() {
-        lock::set_threaded(mpi_threads);
         return decline("no interface could be opened");
     }
     // Only now: a process without a usable interface never starts (local rank 0) or waits for
@@ -248,6 +245,9 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
         next_stats: std::cell::Cell::new(Instant(fabric::now().0 + stats_every)),
     };
     let ack_thread = comp.settings.ack_thread;
+    // Only once init can no longer decline (a declined component is never entered, so its lock
+    // stays off): the lock is needed with MPI threads, and whenever the ACK helper runs.
+    lock::set_threaded(mpi_threads || ack_thread);
     *COMPONENT.cell().borrow_mut() = Some(comp);
     if ack_thread {
         super::acker::start();
