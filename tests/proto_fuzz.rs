@@ -1,8 +1,9 @@
-//! In-tree fuzz harness (bounded; `FUZZ_ITERS` scales it, `SIM_SEED` picks the seed):
-//! arbitrary and mutated bytes into the parser, and into a live engine that is carrying real
-//! traffic at the same time. Nothing may panic; accepted packets must re-emit identically;
-//! the engine must stay usable; and what is forged as one peer must not disturb another
-//! peer's stream, which is checked for exactly-once, byte-exact delivery throughout.
+//! In-tree fuzz harness (bounded; `FUZZ_ITERS` sets the iterations of every loop, 60k-300k by
+//! default, `SIM_SEED` picks the seed): arbitrary and mutated bytes into the parser, and into a
+//! live engine that is carrying real traffic at the same time. Nothing may panic; accepted
+//! packets must re-emit identically; the engine must stay usable; and what is forged as one
+//! peer must not disturb another peer's stream, which is checked for exactly-once, byte-exact
+//! delivery throughout.
 
 mod sim;
 

@@ -277,26 +277,23 @@ fn a_slow_hop_with_a_queue_is_not_taken_for_loss() {
     );
 }
 
-/// The slow hop again, with one datagram only late: held back 20 ms, it is fast-repaired, and
-/// the ACK of its late original names the resend, still far back in the queue. One late
-/// datagram must cost one resend, not the timeouts of the segments queued with it (the code
-/// before the restart resent 212 of 3352 here). The ACK of the late original counts for the
-/// restart only as far as the peer's echo vouches (`Peer::acked_tx`); this simulation does not
-/// tell that rule from counting the resend whole (both pass: the segments queued behind the
-/// resend are acknowledged before their RTO, which has grown with the queue by then).
+/// The slow hop again, with one datagram only late: node 0's 20th data datagram is held back 2
+/// ms, fast-repaired, and its late original arrives while the resend still waits at the back
+/// of the queue. The ACK of that original names the resend (the segment's latest
+/// transmission), but for the restart it counts only as far as the peer's echo vouches
+/// (`Peer::acked_tx`): counted whole, every segment queued ahead of the resend would lose its
+/// restart and time out (16-974 timeout resends over seeds 1-10 and 33, 548 with this seed).
+/// One late datagram must cost one resend (without any restart, 587 timeout resends here).
 #[test]
 fn a_late_original_behind_a_slow_hop_does_not_end_the_restart() {
-    let seed = seed(33);
-    let st = slow_hop_stream(seed, |s| s.hold.push((0, 1, 200, 20_000_000)));
+    let seed = seed(6);
+    let st = slow_hop_stream(seed, |s| s.hold.push((0, 1, 20, 2_000_000)));
     eprintln!("{st:?}");
-    let resent = st.resends_timeout + st.resends_fast;
-    assert!(
-        resent >= 1,
-        "seed {seed}: the held datagram was never resent: {st:?}"
-    );
-    assert!(
-        resent * 100 <= st.sends,
-        "seed {seed}: {resent} of {} segments resent for one late datagram: {st:?}",
+    assert_eq!(
+        (st.resends_fast, st.resends_timeout),
+        (1, 0),
+        "seed {seed}: one late datagram must cost one fast repair and no timeout (of {} sent): \
+         {st:?}",
         st.sends
     );
 }
