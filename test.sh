@@ -109,6 +109,8 @@ step suite-netns env SUITE_QUICK=1 SUITE_PROGRAMS=0 tests/suite/netns.sh
 step connectivity tests/connectivity/netns.sh
 step deadpeer tests/deadpeer.sh
 step fullsocket tests/fullsocket.sh
+# A route narrower than the interface: batched sends refused for their size (EMSGSIZE).
+step pathmtu tests/pathmtu.sh
 step faults tests/suite/faults.sh
 # Three ranks on three hosts: every rank serves two peers at once (the data channel's turns) while
 # datagrams are lost, or dropped, duplicated and delayed by the injector on every side.

@@ -28,9 +28,14 @@ pub(crate) enum FlushError {
     WouldBlock,
     /// The datagrams are lost (the protocol core repairs them); the errno says why.
     Lost(i32),
-    /// The kernel cannot segment on this socket or route (errno): the batch went out one
-    /// datagram per send, a parked datagram after it, and the channel should stop batching.
+    /// The kernel cannot segment on this socket (errno): the batch went out one datagram per
+    /// send, a parked datagram after it, and the channel should stop batching.
     Unsupported(i32),
+    /// The route to the destination cannot take the batch's datagrams whole (`EMSGSIZE`: its
+    /// path MTU is smaller, and the kernel segments only to whole datagrams that fit it): the
+    /// batch went out one datagram per send, which the kernel fragments, and so will every
+    /// later datagram to that destination.
+    Alone(Dest, i32),
 }
 
 /// One channel's batch under construction.
@@ -44,18 +49,24 @@ pub(crate) struct Batch {
     used: usize,
     count: usize,
     to: Option<Dest>,
-    /// The last datagram was shorter than `seg`: the kernel would take the next one as its
-    /// continuation, so nothing may follow it.
+    /// Nothing may follow the last datagram: it was shorter than `seg` (the kernel would take
+    /// the next one as its continuation), or its destination takes datagrams alone.
     closed: bool,
     /// A datagram written behind the batch for another destination while the batch could not
     /// go (`commit`): it starts the next batch once this one is sent.
     parked: Option<(Dest, usize)>,
+    /// Destinations that refused a batch for its size (`FlushError::Alone`): a datagram to one
+    /// of them closes its batch, so it leaves alone. Usually empty.
+    alone: Vec<Dest>,
     /// Sends of more than one datagram, and the datagrams they carried.
     pub batches: u64,
     pub batched: u64,
     /// Tests: this many sends find the socket full (`EAGAIN`) instead of being made.
     #[cfg(test)]
     full_for: usize,
+    /// Tests: sends of more than one datagram fail with this errno instead of being made.
+    #[cfg(test)]
+    refuse_batches: Option<i32>,
 }
 
 impl Batch {
@@ -76,10 +87,13 @@ impl Batch {
             to: None,
             closed: false,
             parked: None,
+            alone: Vec::new(),
             batches: 0,
             batched: 0,
             #[cfg(test)]
             full_for: 0,
+            #[cfg(test)]
+            refuse_batches: None,
         })
     }
 
@@ -122,7 +136,7 @@ impl Batch {
         self.used += len;
         self.count += 1;
         self.to = Some(to);
-        self.closed = len < self.seg;
+        self.closed = len < self.seg || (!self.alone.is_empty() && self.alone.contains(&to));
         self.closed || self.count == self.max_segs
     }
 
@@ -154,25 +168,36 @@ impl Batch {
     }
 
     /// Sends the batch, if any; a parked datagram then starts the next one. On `WouldBlock`
-    /// both stay for the next flush; on `Lost` the batch is gone and the parked datagram,
-    /// never tried, stays.
+    /// both stay for the next flush. A batch the kernel would not segment is tried one
+    /// datagram per send, the parked one after it. Otherwise, on `Lost` the batch is gone and
+    /// the parked datagram, never tried, stays.
     pub(crate) fn flush(&mut self) -> Result<(), FlushError> {
         let Some(to) = self.to.filter(|_| self.count > 0) else {
             return Ok(());
         };
         match self.send_batch(to) {
             Err(e) if socket::is_full(e) => Err(FlushError::WouldBlock),
-            Err(e) if self.count > 1 && unsupported_here(e) => {
-                // The route cannot segment (a smaller path MTU, IPsec): one send per
+            Err(e) if self.count > 1 && (unsupported_here(e) || e == libc::EMSGSIZE) => {
+                // The socket or route cannot segment (IPsec, a smaller path MTU): one send per
                 // datagram still delivers this batch (any that fails is lost like on a wire).
+                let mut sent = 0;
                 for d in self.bytes[..self.used].chunks(self.seg) {
-                    let _ = send(self.fd, d, None, to);
+                    sent += send(self.fd, d, None, to).is_ok() as usize;
                 }
                 if let Some((to, len)) = self.parked.take() {
                     let _ = send(self.fd, &self.bytes[self.used..self.used + len], None, to);
                 }
                 self.clear();
-                Err(FlushError::Unsupported(e))
+                if sent == 0 {
+                    // Refused one by one too: the destination, not the segmenting (a
+                    // malformed address says EINVAL either way). Batching stays.
+                    Err(FlushError::Lost(e))
+                } else if e == libc::EMSGSIZE {
+                    self.alone.push(to);
+                    Err(FlushError::Alone(to, e))
+                } else {
+                    Err(FlushError::Unsupported(e))
+                }
             }
             Err(e) => {
                 self.clear();
@@ -195,6 +220,10 @@ impl Batch {
         if self.full_for > 0 {
             self.full_for -= 1;
             return Err(libc::EAGAIN);
+        }
+        #[cfg(test)]
+        if let Some(e) = self.refuse_batches.filter(|_| self.count > 1) {
+            return Err(e);
         }
         send(
             self.fd,
@@ -314,6 +343,65 @@ mod tests {
         let mut buf = vec![0u8; 65536];
         assert_eq!(rx.recv(&mut buf).unwrap(), 30000);
         assert_eq!(rx.recv(&mut buf).unwrap(), 30000);
+    }
+
+    /// A route whose path MTU is below the datagrams (the kernel segments a run only into
+    /// datagrams that fit it whole, else `EMSGSIZE`) still gets this batch and every later
+    /// datagram, one per send; batches to other destinations go on.
+    #[test]
+    fn a_destination_that_refuses_a_run_for_its_size_gets_datagrams_alone() {
+        let (tx, rx) = pair();
+        let (_, rx2) = pair();
+        let mut b = Batch::new(tx.as_raw_fd(), 1000).unwrap();
+        let (to, other) = (Dest::of(&rx), Dest::of(&rx2));
+        b.refuse_batches = Some(libc::EMSGSIZE);
+        for i in 0..3u8 {
+            assert!(!b.push(to, [&[i; 1000], &[], &[]]));
+        }
+        assert_eq!(b.flush(), Err(FlushError::Alone(to, libc::EMSGSIZE)));
+        let mut buf = [0u8; 2000];
+        for i in 0..3u8 {
+            assert_eq!(rx.recv(&mut buf).unwrap(), 1000);
+            assert_eq!(buf[0], i, "in order, each whole");
+        }
+        assert!(
+            b.push(to, [&[7; 1000], &[], &[]]),
+            "a datagram to it leaves alone"
+        );
+        b.flush().unwrap();
+        assert_eq!((rx.recv(&mut buf).unwrap(), buf[0]), (1000, 7));
+        b.refuse_batches = None;
+        assert!(!b.push(other, [&[8; 1000], &[], &[]]));
+        assert!(!b.push(other, [&[8; 1000], &[], &[]]), "others still batch");
+        b.flush().unwrap();
+        assert_eq!((b.batches, b.batched), (1, 2));
+        assert_eq!(rx2.recv(&mut buf).unwrap(), 1000);
+        assert_eq!(rx2.recv(&mut buf).unwrap(), 1000);
+    }
+
+    /// A batch refused one datagram at a time too says nothing about segmenting (a malformed
+    /// destination, port 0 here, is EINVAL either way): its datagrams are lost and the channel
+    /// keeps batching, for that destination too.
+    #[test]
+    fn a_destination_refused_whole_or_alone_does_not_stop_batching() {
+        let (tx, rx) = pair();
+        let mut b = Batch::new(tx.as_raw_fd(), 1000).unwrap();
+        let bad = Dest {
+            ip: Dest::of(&rx).ip,
+            port: 0,
+        };
+        for _ in 0..2 {
+            b.push(bad, [&[1; 1000], &[], &[]]);
+        }
+        assert_eq!(b.flush(), Err(FlushError::Lost(libc::EINVAL)));
+        assert!(!b.push(bad, [&[1; 1000], &[], &[]]), "still batched");
+        b.refuse_batches = Some(libc::EMSGSIZE);
+        b.push(bad, [&[1; 1000], &[], &[]]);
+        assert_eq!(b.flush(), Err(FlushError::Lost(libc::EMSGSIZE)));
+        assert!(
+            !b.push(bad, [&[1; 1000], &[], &[]]),
+            "not taken for a path MTU"
+        );
     }
 
     #[test]
@@ -444,23 +532,33 @@ mod tests {
     }
 
     #[test]
-    fn a_route_that_cannot_segment_still_sends_the_parked_datagram_once() {
+    fn a_socket_that_cannot_segment_still_sends_the_batch_and_the_parked_datagram_once() {
+        let (tx, rx) = pair();
+        let (_, rx2) = pair();
+        let mut b = Batch::new(tx.as_raw_fd(), 1000).unwrap();
+        b.refuse_batches = Some(libc::EOPNOTSUPP);
+        assert!(!put(&mut b, Dest::of(&rx2), 1, 1000));
+        assert!(!put(&mut b, Dest::of(&rx2), 2, 1000));
+        assert!(put(&mut b, Dest::of(&rx), 9, 600));
+        assert_eq!(b.flush(), Err(FlushError::Unsupported(libc::EOPNOTSUPP)));
+        assert_eq!(b.len(), 0, "the parked datagram went after the batch");
+        expect(&rx2, 1000, 1);
+        expect(&rx2, 1000, 2);
+        expect(&rx, 600, 9);
+        expect_no_more(&rx);
+        expect_no_more(&rx2);
+    }
+
+    #[test]
+    fn a_batch_refused_whole_and_alone_still_sends_the_parked_datagram_once() {
         let (tx, rx) = pair();
         let mut b = Batch::new(tx.as_raw_fd(), 1000).unwrap();
         let nowhere = nowhere();
         assert!(!put(&mut b, nowhere, 1, 1000));
         assert!(!put(&mut b, nowhere, 1, 1000));
         assert!(put(&mut b, Dest::of(&rx), 9, 600));
-        match b.flush() {
-            // The batch went one datagram per send, the parked one after it.
-            Err(FlushError::Unsupported(_)) => assert_eq!(b.len(), 0),
-            // Lost: the parked one moved up, never tried.
-            Err(FlushError::Lost(_)) => {
-                assert_eq!(b.len(), 1);
-                b.flush().unwrap();
-            }
-            r => panic!("port 0 took the batch: {r:?}"),
-        }
+        assert_eq!(b.flush(), Err(FlushError::Lost(libc::EINVAL)));
+        assert_eq!(b.len(), 0, "the parked datagram went after the batch");
         expect(&rx, 600, 9);
         expect_no_more(&rx);
     }

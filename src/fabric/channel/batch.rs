@@ -156,6 +156,17 @@ impl ChannelRes {
                 self.batch = None;
                 Ok(())
             }
+            Err(FlushError::Alone(to, e)) => {
+                // Worth a warning: IP now fragments every full datagram to that peer.
+                tracing::warn!(
+                    "usnic: the route to {to} takes no run of {}-byte datagrams ({}): its path \
+                     MTU is below this interface's, so they go one per system call from now \
+                     on and IP fragments each; check the MTUs along the path",
+                    self.mtu,
+                    strerror(e)
+                );
+                Ok(())
+            }
         }
     }
 }

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# A path MTU below the interface MTU: each netns host's route to the other is capped at MTU 1200
+# while the interfaces stay at 1500, so the BTL's 1472-byte data datagrams still go (IP fragments
+# each one), but the kernel refuses a batched send of them (sendmsg with UDP_SEGMENT: EMSGSIZE).
+# Such a destination must get its datagrams one per system call from then on, with a warning
+# naming it; before, every batch to it was lost and its resends too, until the peer was declared
+# failed 20 s later. The connectivity check is off here: with it on (the default) its probes,
+# sent with "don't fragment" as the original's, find the large datagram refused and abort the job
+# about 10 s in, naming the path (tests/connectivity/netns.sh checks that for a narrower switch
+# port), which would race a short job.
+# manyreq (sends and receives in flight both ways, mixed sizes, every byte checked) must pass on
+# two netns hosts, and the job's output must carry the warning (a case whose batches were never
+# refused tested nothing, and fails). Root only. Ends with `N passed, N failed`; exit non-zero on
+# failure.
+#
+# Environment: ROUTE_MTU=1200, JOB_LIMIT=180 (seconds per job).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$PWD
+ROUTE_MTU=${ROUTE_MTU:-1200}
+JOB_LIMIT=${JOB_LIMIT:-180}
+export NC_NET=${NC_NET:-10.77.0}
+NC=${NC:-$("$ROOT/scripts/find-netns-cluster.sh")}
+LOGDIR=$(mktemp -d /tmp/usnic-pathmtu.XXXXXX)
+WARNING='takes no run of 1472-byte datagrams'
+pass=0
+fail=0
+ok() { echo "PASS $*"; pass=$((pass + 1)); }
+bad() { echo "FAIL $*"; fail=$((fail + 1)); }
+finish() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit $?; }
+
+[ "$(id -u)" -eq 0 ] || { bad "needs root (network namespaces)"; finish; }
+[ -x "$NC" ] || { bad "netns-cluster.sh not found at $NC"; finish; }
+make -s -C tests/mpi >/dev/null 2>&1 || { bad "the MPI programs do not build (make -C tests/mpi)"; finish; }
+
+# The cluster is brought up here (and its routes capped) before tests/run-netns.sh reuses it; it is
+# taken down at the end unless it was up before.
+was_up=0
+ip netns list | grep -qw h1 && was_up=1
+log=$LOGDIR/setup.log
+"$NC" up 2 >"$log" 2>&1 || { bad "the netns cluster does not come up (log: $log)"; finish; }
+# shellcheck disable=SC2317  # run by the trap
+cleanup() {
+    for i in 1 2; do ip -n "h$i" route del "$NC_NET.$((3 - i))/32" 2>/dev/null; done
+    [ "$was_up" = 1 ] || "$NC" down >/dev/null 2>&1
+}
+trap cleanup EXIT
+for i in 1 2; do
+    peer=$NC_NET.$((3 - i))
+    if ! ip -n "h$i" route replace "$peer/32" dev veth0 mtu "$ROUTE_MTU" >>"$log" 2>&1; then
+        bad "cannot cap the route from h$i to $peer at MTU $ROUTE_MTU (log: $log)"
+        finish
+    fi
+    # The interface stays at 1500: only the route is narrower.
+    if ! ip -n "h$i" route get "$peer" | grep -qw "mtu $ROUTE_MTU"; then
+        bad "h$i's route to $peer does not show mtu $ROUTE_MTU: $(ip -n "h$i" route get "$peer")"
+        finish
+    fi
+done
+
+out=$LOGDIR/manyreq.out
+LAYOUTS="2:1" TIMEOUT="$JOB_LIMIT" KEEP_CLUSTER=1 \
+    MPI_ARGS="--mca btl_usnic_stats 3600 --mca btl_usnic_connectivity_check 0" \
+    tests/run-netns.sh manyreq >"$out" 2>&1
+rc=$?
+dir=$(sed -nE 's/.* logs: (\S+)$/\1/p' "$out" | head -1)
+if [ -z "$dir" ] || [ ! -d "$dir" ]; then
+    bad "tests/run-netns.sh named no log directory (exit $rc; output: $out)"
+elif [ "$rc" -ne 0 ]; then
+    bad "manyreq across a route of MTU $ROUTE_MTU: exit $rc (output: $out, logs: $dir)"
+elif ! grep -q 'PASS manyreq\|manyreq *[0-9]* *PASS' "$out"; then
+    bad "exit 0 but no PASS line from manyreq (output: $out)"
+elif ! grep -qh "$WARNING" "$dir"/*.log; then
+    bad "manyreq passed, but no '$WARNING' warning: no batch was refused, so the case tested nothing (logs: $dir)"
+else
+    ok "manyreq across a route of MTU $ROUTE_MTU: $(grep -ohE '[0-9]+ messages, [0-9.]+ MiB checked' "$out" | head -1); warned $(cat "$dir"/*.log | grep -c "$WARNING") time(s)"
+fi
+finish
