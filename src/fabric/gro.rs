@@ -22,7 +22,10 @@ use super::sys;
 use std::mem::MaybeUninit;
 use std::os::fd::RawFd;
 
-/// Buffers one read offers: the kernel coalesces at most 64 datagrams (`UDP_GRO_CNT_MAX`).
+/// Buffers one read offers: a run our own peers send has at most 64 datagrams (`gso.rs`), and
+/// so does one the kernel coalesces on receive (`UDP_GRO_CNT_MAX`). A foreign sender's
+/// segmented send may carry more where the kernel allows it (128 from Linux 6.x): its tail is
+/// cut (`cut_recvs`).
 pub(crate) const READ_BUFS: usize = 64;
 
 /// Where the datagrams of one read lie.
@@ -89,6 +92,8 @@ pub(crate) struct Gro {
     /// Reads that returned more than one datagram, and the datagrams they returned.
     pub reads: u64,
     pub datagrams: u64,
+    /// Datagrams of runs that found no free buffer and were dropped (`Layout::Split::cut`).
+    pub cut: u64,
 }
 
 impl Gro {
@@ -103,6 +108,7 @@ impl Gro {
             scratch: Vec::new(),
             reads: 0,
             datagrams: 0,
+            cut: 0,
         };
         if !runs {
             return Some(reader);
@@ -197,9 +203,14 @@ impl Gro {
         }
         let l = layout(len, gso, self.seg, n);
         if let Layout::Split {
-            count, size, moved, ..
+            count,
+            size,
+            moved,
+            cut,
+            ..
         } = l
         {
+            self.cut += cut as u64;
             if moved {
                 let copied = len.min(n * self.seg);
                 // SAFETY: the caller's contract; the kernel wrote `copied` bytes across the

@@ -67,8 +67,14 @@ pub fn stats_line(
         line,
         " oversize_recvs={} puts={} gets={} frags_live={} gso_sends={gso_sends} \
          gso_datagrams={gso_datagrams} gro_reads={gro_reads} gro_datagrams={gro_datagrams} \
-         busy_sends={} busy_batches={}",
-        st.oversize_recvs, st.puts, st.gets, st.frags.live, st.busy_sends, st.busy_batches
+         busy_sends={} busy_batches={} cut_recvs={}",
+        st.oversize_recvs,
+        st.puts,
+        st.gets,
+        st.frags.live,
+        st.busy_sends,
+        st.busy_batches,
+        st.fabric.cut_recvs(Channel::Data)
     );
     if faults {
         let f = st.fabric.fault_stats();

@@ -24,6 +24,11 @@ impl ChannelRes {
         self.gro.as_ref().map_or((0, 0), |g| (g.reads, g.datagrams))
     }
 
+    /// Datagrams of runs read at once that found no free buffer and were dropped.
+    pub(crate) fn cut_recvs(&self) -> u64 {
+        self.gro.as_ref().map_or(0, |g| g.cut)
+    }
+
     pub(crate) fn rx_bytes(&self, buf: BufId, len: usize) -> &[u8] {
         assert!(
             len <= self.mtu,

@@ -379,6 +379,12 @@ impl Module {
         self.channels[ch(c)].gro_stats()
     }
 
+    /// Datagrams of runs read at once on channel `c` that found no free receive buffer and
+    /// were dropped (the protocol repairs them like any loss).
+    pub fn cut_recvs(&self, c: Channel) -> u64 {
+        self.channels[ch(c)].cut_recvs()
+    }
+
     /// Inject faults from now on (see `fault.rs` for the exact semantics); an all-zero
     /// `FaultConfig` switches injection off (held buffers are still released by `poll`, and
     /// `fault_stats` keeps counting nothing new).
