@@ -36,6 +36,17 @@ fn tmpdir(name: &str) -> PathBuf {
 }
 
 fn host(name: &str, ack_ms: u64, retries: u32, drop_large: bool) -> Host {
+    host_within(name, ack_ms, retries, drop_large, Duration::from_secs(3600))
+}
+
+/// `host` whose failures are reported within `report_within` of their check's start.
+fn host_within(
+    name: &str,
+    ack_ms: u64,
+    retries: u32,
+    drop_large: bool,
+    report_within: Duration,
+) -> Host {
     let (tx, rx) = channel();
     let (t1, t2, t3) = (tx.clone(), tx.clone(), tx);
     let hooks = Hooks {
@@ -56,6 +67,7 @@ fn host(name: &str, ack_ms: u64, retries: u32, drop_large: bool) -> Host {
             hostname: name.into(),
             ack_timeout: Duration::from_millis(ack_ms),
             retries,
+            report_within,
             drop_large_probes: drop_large,
         },
         hooks,
@@ -194,6 +206,45 @@ from an unexpected address. The MPI job will be aborted.
     drop(silent);
 }
 
+/// The agent with the higher address of a path waits before reporting its failure (the lower
+/// end, which meets the same break, reports it first), but not past `report_within`: with the
+/// defaults it reported 30 s after the check began, after the BTL's 20 s peer timeout had ended
+/// the job naming a dead peer instead of the broken path.
+#[test]
+fn the_higher_end_waits_but_reports_within_its_bound() {
+    let silent = UdpSocket::bind((A, 0)).unwrap();
+    let ps = silent.local_addr().unwrap().port();
+    // Unbounded: 300 ms of probing, then as long again plus the stagger (10 s).
+    let late = host("hostb8", 50, 6, false);
+    let pl = late.client.listen(B, 1472).unwrap();
+    late.client
+        .ping(ping((B, pl), (A, ps), 1472, "hosta8"))
+        .unwrap();
+    let until = Instant::now() + Duration::from_millis(1500);
+    while let Some(left) = until.checked_duration_since(Instant::now()) {
+        match late.events.recv_timeout(left) {
+            Ok(Event::Report(_) | Event::Abort) => {
+                panic!("the higher end reported without waiting")
+            }
+            Ok(Event::Log(..)) => {}
+            Err(_) => break,
+        }
+    }
+    // Bound to 1 s: the wait after the probing is cut to end by then.
+    let b = host_within("hostb9", 50, 6, false, Duration::from_secs(1));
+    let pb = b.client.listen(B, 1472).unwrap();
+    let t0 = Instant::now();
+    b.client
+        .ping(ping((B, pb), (A, ps), 1472, "hosta9"))
+        .unwrap();
+    let f = outcome(&b, Duration::from_secs(5)).unwrap_err();
+    let took = t0.elapsed();
+    assert!(took >= Duration::from_millis(950), "{took:?}");
+    assert!(took < Duration::from_millis(2000), "{took:?}");
+    assert_eq!(f.topic(), "connectivity error: small bad, large bad");
+    drop(silent);
+}
+
 #[test]
 fn dropped_large_probes_give_small_ok_large_bad() {
     let a = host("hosta3", 40, 5, false);
@@ -303,6 +354,7 @@ fn client_waits_for_a_late_agent_and_gives_up_on_none() {
                 hostname: "late".into(),
                 ack_timeout: Duration::from_millis(50),
                 retries: 3,
+                report_within: Duration::from_secs(3600),
                 drop_large_probes: false,
             },
             Hooks {

@@ -67,6 +67,7 @@ pub fn stop() {
 }
 
 fn run() {
+    log::mark_own_thread();
     while !STOP.load(Ordering::Relaxed) {
         std::thread::sleep(TICK);
         let now = fabric::now().0;

@@ -168,6 +168,7 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
     unsafe { sys::usnic_shim_my_name(&mut jobid, &mut vpid) };
     log::set_rank(vpid);
     let my_host = my_hostname();
+    log::set_host(&my_host);
     let settings = match Settings::from_params(params) {
         Ok(s) => s,
         Err(e) => return decline_param(&my_host, &e),
@@ -212,6 +213,7 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
             enabled: settings.connectivity_check,
             ack_timeout_ms: settings.connectivity_ack_timeout_ms,
             retries: settings.connectivity_retries,
+            peer_timeout_ms: settings.peer_timeout_ms,
             hostname: &my_host,
             jobid,
             local_rank: None,

@@ -7,14 +7,43 @@
 //! The fabric edge's `tracing` events go to stderr, one line each, as
 //! `[host:pid] btl:usnic: rank R LEVEL target: message`; the level follows the same verbosity
 //! (0: warnings and errors only, 1..9 info, 10..49 debug, 50+ trace).
+//!
+//! The plugin's own threads (the ACK helper, the connectivity agent) write their lines to
+//! stderr themselves, in the same form: opal_output formats into one buffer shared by all its
+//! callers and locks it only when Open MPI runs with MPI_THREAD_MULTIPLE, so a line from them
+//! beside one from the MPI thread could corrupt both.
+use std::cell::Cell;
 use std::ffi::CString;
+use std::io::Write;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
 
 use super::sys;
 
 static VERBOSE: AtomicU32 = AtomicU32::new(0);
 /// This process's rank + 1 (0 = not known yet).
 static RANK: AtomicU32 = AtomicU32::new(0);
+/// Open MPI's name of this host, for the lines the plugin's threads write themselves.
+static HOST: OnceLock<String> = OnceLock::new();
+
+thread_local! {
+    static OWN_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The host name the plugin's threads put in their lines' `[host:pid]` (at component init).
+pub fn set_host(host: &str) {
+    let _ = HOST.set(host.to_string());
+}
+
+/// Marks the calling thread as one of the plugin's own: its lines bypass opal_output.
+pub fn mark_own_thread() {
+    OWN_THREAD.with(|t| t.set(true));
+}
+
+/// Whether the calling thread is one of the plugin's own (`mark_own_thread`).
+pub fn on_own_thread() -> bool {
+    OWN_THREAD.with(|t| t.get())
+}
 
 /// The rank every line names (from Open MPI's name of this process, at component init).
 pub fn set_rank(rank: u32) {
@@ -43,6 +72,13 @@ pub fn enabled(level: u32) -> bool {
 fn emit(line: &str) {
     if cfg!(test) {
         eprintln!("{line}");
+        return;
+    }
+    if on_own_thread() {
+        // opal_output's prefix, and one write so lines of several threads do not interleave.
+        let host = HOST.get().map_or("unknown", String::as_str);
+        let text = format!("[{host}:{:05}] {line}\n", std::process::id());
+        let _ = std::io::stderr().write_all(text.as_bytes());
         return;
     }
     let Ok(c) = CString::new(line.replace('\0', "?")) else {

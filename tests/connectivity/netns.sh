@@ -10,6 +10,10 @@
 #       the plugin (the plugin renders the text itself);
 #   (c) the bridge port of h2 (the "switch port") at MTU 1200 while both hosts keep 1500:
 #       "small ok, large bad", once, from h1;
+#   (c2) large datagrams from h2 dropped inside h1, with btl_usnic_peer_timeout 5000: only h2's
+#       agent (the higher address, which waits before reporting) sees the break, and it must
+#       still report "small ok, large bad" before the BTL's peer timeout ends the job naming a
+#       dead peer (its wait is cut to end by 3/4 of the peer timeout after the check began);
 #   (d) h2's own veth0 at MTU 1200: the BTL sends min(both MTUs), so the check passes; the job
 #       passes, and its output is the program's line plus exactly one "MTU mismatch" warning
 #       naming both hosts, addresses and datagram sizes (from h1: the lower address speaks);
@@ -81,8 +85,24 @@ NFT
 unblock_udp_from_h1() {
     ip netns exec h2 nft delete table inet usnicrs_cc
 }
+# Large UDP datagrams from h2 dropped inside h1: a break in one direction and size, which only
+# h2's agent (the higher address) sees.
+block_large_udp_from_h2() {
+    ip netns exec h1 nft -f - <<'NFT' || cannot "nft rule in h1 failed"
+table inet usnicrs_cc {
+    chain input {
+        type filter hook input priority 0; policy accept;
+        ip saddr 10.77.0.2 udp length > 200 drop
+    }
+}
+NFT
+}
+unblock_large_udp_from_h2() {
+    ip netns exec h1 nft delete table inet usnicrs_cc
+}
 cleanup() {
     unblock_udp_from_h1 2>/dev/null
+    unblock_large_udp_from_h2 2>/dev/null
     ip -n ncbr link set p2 mtu "$P2_MTU" 2>/dev/null
     ip -n h2 link set veth0 mtu "$V2_MTU" 2>/dev/null
     [ "$owned" = 1 ] && "$NC" down >/dev/null 2>&1
@@ -248,6 +268,17 @@ if [ $RC -ne 0 ] && within "$MSG_AT" "$msg_limit" && [ "$n" = 1 ] && [ "$walls" 
     ok "(c) switch port MTU 1200: rc=$RC, exact 'small ok, large bad' message, once, from h1, at ${MSG_AT}s <= ${msg_limit}s"
 else
     ko "(c) switch port MTU 1200: rc=$RC, message at ${MSG_AT}s (limit ${msg_limit}s), h1's text $n times, $walls texts (want 1 and 1)"
+fi
+
+# (c2) a one-way break only the higher address sees, reported before the peer timeout
+block_large_udp_from_h2
+run one-way-large --mca btl_usnic_peer_timeout 5000
+unblock_large_udp_from_h2
+n=$(blocks "$WORK/one-way-large.log" "connectivity error: small ok, large bad" h2 veth0 10.77.0.2/24 h1 10.77.0.1 40 1472)
+if [ $RC -ne 0 ] && [ "$n" = 1 ] && ! grep -qF "$(first_line "peer unreachable")" "$WORK/one-way-large.log"; then
+    ok "(c2) one-way break seen by h2 only: rc=$RC, h2's exact 'small ok, large bad' message at ${MSG_AT}s, before any peer timeout"
+else
+    ko "(c2) one-way break seen by h2 only: rc=$RC, h2's text $n times (want 1), peer-timeout text $(grep -cF "$(first_line "peer unreachable")" "$WORK/one-way-large.log") times (want 0)"
 fi
 
 # (d) h2's own interface at MTU 1200: both ends agree on 1172-byte datagrams, and say so once

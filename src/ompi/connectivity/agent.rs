@@ -22,8 +22,11 @@ const MAX_UDP_PAYLOAD: u32 = 65507;
 /// seconds to end the other processes (measured across two netns hosts on a loaded machine: 3 to
 /// 8 s). When the lower end did not fail (the break is in one direction and size only) or
 /// never checked the path (it never sent to this peer), the higher end still reports, this
-/// much later.
+/// much later, but within `AgentConfig::report_within`.
 pub const REPORT_STAGGER: Duration = Duration::from_secs(10);
+
+/// Datagrams read from one listener per poll round.
+const READS_PER_POLL: usize = 64;
 
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
@@ -35,6 +38,11 @@ pub struct AgentConfig {
     pub ack_timeout: Duration,
     /// Sends of a probe before the path is declared bad (at least 1).
     pub retries: u32,
+    /// A failed path is reported at most this long after its check began, staggered or not:
+    /// the BTL's peer timeout would otherwise end the job first, naming a dead peer instead of
+    /// the broken path (with the defaults, 2 x 10 s of probing plus the stagger came after
+    /// its 20 s).
+    pub report_within: Duration,
     /// Test hook: answer only small probes, as a path with a too-small MTU would.
     pub drop_large_probes: bool,
 }
@@ -390,6 +398,9 @@ impl State {
         if !c.large_ok {
             sizes.push(c.large);
         }
+        // The report names this round's error, not one an earlier round met and this one did not
+        // (a route that was not up yet).
+        c.send_error = None;
         for size in sizes {
             let h = Header {
                 kind: Kind::Ping,
@@ -407,7 +418,9 @@ impl State {
     }
 
     fn receive_udp(&mut self, i: usize) {
-        loop {
+        // Bounded, so a flood of datagrams cannot keep the agent from its clients and timers:
+        // the socket stays readable and the next poll comes back to it.
+        for _ in 0..READS_PER_POLL {
             let (n, from) = match self.listeners[i].sock.recv_from(&mut self.buf) {
                 Ok(x) => x,
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
@@ -506,7 +519,11 @@ impl State {
             if !c.staggered && u32::from(*key.src.ip()) > u32::from(*key.dst.ip()) {
                 if let Some(c) = self.checks.get_mut(&key) {
                     c.staggered = true;
-                    c.deadline = now + self.cfg.ack_timeout * self.cfg.retries + REPORT_STAGGER;
+                    // Out of retries now, so the check began a probing time ago.
+                    let probing = self.cfg.ack_timeout * self.cfg.retries;
+                    let wait = (probing + REPORT_STAGGER)
+                        .min(self.cfg.report_within.saturating_sub(probing));
+                    c.deadline = now + wait;
                 }
                 continue;
             }

@@ -72,13 +72,20 @@ impl Client {
             &mut NoSigPipe(&s),
             &Msg::Listen(ipc::Listen { ipv4, large_size }),
         )?;
-        match ipc::read_frame(&mut *s)? {
-            Msg::ListenReply(r) if r.ipv4 == ipv4 => r.result.map_err(io::Error::from_raw_os_error),
-            other => Err(io::Error::new(
+        let answer = match ipc::read_frame(&mut *s) {
+            Ok(Msg::ListenReply(r)) if r.ipv4 == ipv4 => {
+                return r.result.map_err(io::Error::from_raw_os_error)
+            }
+            Ok(other) => io::Error::new(
                 ErrorKind::InvalidData,
                 format!("unexpected answer from the connectivity agent: {other:?}"),
-            )),
-        }
+            ),
+            Err(e) => e,
+        };
+        // Out of step (a reply that came after the read timed out would answer the next
+        // request): later requests fail at once rather than read each other's answers.
+        let _ = s.shutdown(std::net::Shutdown::Both);
+        Err(answer)
     }
 
     /// Asks the agent to check a path; returns without waiting for the result (the agent reports

@@ -12,7 +12,6 @@ use super::agent::{Agent, AgentConfig, Hooks};
 use super::client::Client;
 use super::ipc::Ping;
 use super::{render_help, Failure, SOCKET_NAME};
-use crate::ompi::help::try_show_help;
 use crate::ompi::log;
 
 /// The help texts as built, so the message never depends on where the file was installed.
@@ -38,6 +37,8 @@ pub struct Setup<'a> {
     pub enabled: bool,
     pub ack_timeout_ms: u32,
     pub retries: u32,
+    /// `btl_usnic_peer_timeout`: a failed path is reported well before it ends the job.
+    pub peer_timeout_ms: u64,
     pub hostname: &'a str,
     pub jobid: u32,
     /// `OMPI_COMM_WORLD_LOCAL_RANK`.
@@ -79,6 +80,7 @@ pub fn start(s: Setup<'_>) -> bool {
             hostname: s.hostname.to_string(),
             ack_timeout: Duration::from_millis(u64::from(s.ack_timeout_ms.max(1))),
             retries: s.retries.max(1),
+            report_within: Duration::from_millis(s.peer_timeout_ms) * 3 / 4,
             drop_large_probes: false,
         };
         match Agent::start(cfg, hooks()) {
@@ -172,48 +174,24 @@ impl PathCheck {
     }
 }
 
-/// The framed help message (as Open MPI's show_help frames it): what is printed when Open MPI
-/// cannot show the topic itself (help file not installed next to the plugin).
+/// The framed help message, as Open MPI's show_help frames it, rendered from the copy of the
+/// help file built into the plugin. It is written on the agent's thread, never through Open
+/// MPI's show_help (the C original's agent called it from its own event thread): Open MPI's
+/// output and help-file parser keep global state and lock it only under MPI_THREAD_MULTIPLE.
+/// The process prints the text itself, so it is on stderr before the abort that follows: handed
+/// to mpirun for aggregation instead, it was lost in half the runs (see the shim's
+/// `usnic_shim_show_help`). Both agents of a broken path usually detect it; the one with the
+/// higher address waits before reporting, so normally only one text appears (see `agent`).
 pub fn message(f: &Failure) -> String {
     let body = render_help(HELP, f.topic(), &f.params())
         .unwrap_or_else(|| format!("{}: {:?}\n", f.topic(), f.params()));
     format!("{RULE}\n{body}{RULE}\n")
 }
 
-/// The failure through Open MPI's show_help (false: not shown), called on the agent's thread
-/// (the C original's agent did the same from its own event thread; rendering reads only the help
-/// file). The process prints the text itself, so it is on stderr before the abort that follows:
-/// handed to mpirun for aggregation instead, it was lost in half the runs (see the shim's
-/// `usnic_shim_show_help`). Both agents of a broken path usually detect it; the one with the
-/// higher address waits before reporting, so normally only one text appears (see `agent`).
-fn show(f: &Failure) -> bool {
-    macro_rules! topic {
-        ($t:literal) => {
-            try_show_help!($t;
-                s(&f.local_host), s(&f.local_interface), s(&f.local_address),
-                s(&f.remote_host), s(f.remote_address), i(f.small_size), i(f.large_size))
-        };
-    }
-    match f.topic() {
-        "connectivity error: small ok, large bad" => {
-            topic!("connectivity error: small ok, large bad")
-        }
-        "connectivity error: small bad, large ok" => {
-            topic!("connectivity error: small bad, large ok")
-        }
-        "connectivity error: small bad, large bad" => {
-            topic!("connectivity error: small bad, large bad")
-        }
-        _ => false,
-    }
-}
-
 fn report(f: &Failure) {
-    let shown = show(f);
-    if !shown {
-        // One write so the lines of several processes do not interleave.
-        let _ = std::io::stderr().write_all(message(f).as_bytes());
-    }
+    log::mark_own_thread();
+    // One write so the lines of several processes do not interleave.
+    let _ = std::io::stderr().write_all(message(f).as_bytes());
     if let Some(e) = &f.send_error {
         log::error(&format!(
             "connectivity check {} {} -> {} {}: last send error: {e}",
@@ -233,6 +211,7 @@ fn hooks() -> Hooks {
             unsafe { libc::_exit(1) }
         }),
         log: Box::new(|level, m| {
+            log::mark_own_thread();
             if level == 0 {
                 log::error(m);
             } else {
@@ -276,8 +255,6 @@ mod tests {
             assert!(m.contains(line), "{line:?} missing from\n{m}");
         }
         assert!(m.ends_with(&format!("to help find the faulty path.\n{RULE}\n")));
-        // Not shown through Open MPI in a unit test: the fallback is this very text.
-        assert!(!show(&f));
         assert!(!m.contains('%'));
     }
 
