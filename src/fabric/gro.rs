@@ -52,7 +52,10 @@ pub(crate) enum Layout {
 /// datagrams (None: one datagram). Only whole datagrams that landed count.
 pub(crate) fn layout(len: usize, gso: Option<usize>, seg: usize, bufs: usize) -> Layout {
     let size = match gso {
-        Some(g) if g > 0 && g < len => g,
+        // A size that cannot be (the kernel never reports it): the run cannot be cut apart,
+        // and taken whole it would pass for one datagram.
+        Some(0) if len > 0 => return Layout::Oversize { len },
+        Some(g) if g < len => g,
         _ => len,
     };
     if size > seg || bufs == 0 {
@@ -277,9 +280,10 @@ fn gso_size(msg: &libc::msghdr) -> Option<usize> {
                 let data = libc::CMSG_DATA(c);
                 let room = ((*c).cmsg_len as usize).checked_sub(data as usize - c as usize);
                 return match room {
-                    Some(r) if r >= 4 => {
-                        Some(std::ptr::read_unaligned(data.cast::<i32>()) as usize)
-                    }
+                    // A negative size reads as 0, which `layout` refuses.
+                    Some(r) if r >= 4 => Some(
+                        usize::try_from(std::ptr::read_unaligned(data.cast::<i32>())).unwrap_or(0),
+                    ),
                     Some(r) if r >= 2 => {
                         Some(std::ptr::read_unaligned(data.cast::<u16>()) as usize)
                     }
@@ -325,6 +329,12 @@ mod tests {
         assert_eq!(l(100, Some(100)), split(1, 100, 100, false));
         assert_eq!(l(900, Some(1472)), split(1, 900, 900, false));
         assert_eq!(l(0, None), split(1, 0, 0, false), "an empty datagram");
+        assert_eq!(
+            l(3000, Some(0)),
+            Layout::Oversize { len: 3000 },
+            "no usable size"
+        );
+        assert_eq!(l(0, Some(0)), split(1, 0, 0, false));
         // Fewer buffers than datagrams: the whole ones that landed, the rest cut.
         assert_eq!(
             layout(1472 * 10 + 7, Some(1472), 1472, 3),
