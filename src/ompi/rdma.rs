@@ -113,8 +113,13 @@ impl RegionLent {
 
 impl Lent for RegionLent {
     fn pieces(&self) -> [&[u8]; 2] {
+        if self.len == 0 {
+            // A region of no bytes may be registered at NULL, which no slice may point at.
+            return [&[], &[]];
+        }
         // SAFETY: per `new`'s contract the bytes are inside a region that is still registered
-        // (a region is never forgotten while a reply still lends from it).
+        // (a region is never forgotten while a reply still lends from it); len > 0, so the
+        // pointer is the region's, not NULL.
         [
             unsafe { core::slice::from_raw_parts(self.ptr, self.len) },
             &[],
