@@ -191,6 +191,21 @@ fn at_least(name: &str, v: c_int, min: c_int) -> Result<c_int, ParamError> {
     }
 }
 
+/// A fragment size: 0 for automatic, else at least 1024 and at most what a receiver reassembles
+/// (a larger fragment would be refused at every send).
+fn fragment_size(name: &str, v: c_int) -> Result<usize, ParamError> {
+    let n = zero_or_at_least(name, v, 1024, "automatic")?;
+    let max = crate::proto::wire::MAX_REASSEMBLY as usize;
+    if n > max {
+        return Err(ParamError::invalid(
+            name,
+            n,
+            format!("at most {max} (the largest fragment a receiver reassembles)"),
+        ));
+    }
+    Ok(n)
+}
+
 /// `-1` means automatic; otherwise at least `min`.
 /// 0 (meaning `zero_means`) or at least `min`.
 fn zero_or_at_least(
@@ -307,8 +322,8 @@ impl Settings {
         };
         let mtu = zero_or_at_least("mtu", p.mtu, 512, "the interface MTU")?;
         let rndv = at_least("rndv_eager_limit", p.rndv_eager_limit, 0)? as usize;
-        let eager = zero_or_at_least("eager_limit", p.eager_limit, 1024, "automatic")?;
-        let max_send = zero_or_at_least("max_send_size", p.max_send_size, 1024, "automatic")?;
+        let eager = fragment_size("eager_limit", p.eager_limit)?;
+        let max_send = fragment_size("max_send_size", p.max_send_size)?;
         at_least("av_eq_num", p.av_eq_num, 1)?;
         let cc_ack = at_least("connectivity_ack_timeout", p.connectivity_ack_timeout, 0)?;
         let cc_retries = at_least(
@@ -610,7 +625,7 @@ pub(crate) mod tests {
     #[test]
     fn bad_values_name_the_parameter() {
         type Case = (&'static str, fn(&mut usnic_rs_params_t));
-        let cases: [Case; 10] = [
+        let cases: [Case; 12] = [
             ("btl_usnic_sd_num", |p| p.sd_num = -5),
             ("btl_usnic_lent_hold", |p| p.lent_hold = -2),
             ("btl_usnic_lent_copy_limit", |p| p.lent_copy_limit = -1),
@@ -621,6 +636,10 @@ pub(crate) mod tests {
             ("btl_usnic_peer_timeout", |p| p.peer_timeout = 1),
             ("btl_usnic_max_btls", |p| p.max_btls = -1),
             ("btl_usnic_max_send_size", |p| p.max_send_size = 100),
+            ("btl_usnic_max_send_size", |p| {
+                p.max_send_size = (1 << 26) + 1
+            }),
+            ("btl_usnic_eager_limit", |p| p.eager_limit = 1 << 27),
         ];
         for (name, set) in cases {
             let mut p = param_defaults();
