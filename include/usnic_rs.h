@@ -65,6 +65,10 @@ typedef struct {
   double fault_recv_drop;
   double fault_recv_dup;
   int fault_delay_us;
+  /*
+   Testing (level 9): the progress call of this number panics; 0 = never.
+   */
+  int fault_panic_after;
 } usnic_rs_params_t;
 
 /*

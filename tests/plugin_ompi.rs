@@ -215,6 +215,7 @@ fn every_parameter_has_help() {
         ("fault_recv_drop", "0.000000"),
         ("fault_recv_dup", "0.000000"),
         ("fault_delay_us", "1000"),
+        ("fault_panic_after", "0"),
     ];
     for (name, value) in expected {
         let p = format!("mca:btl:usnic:param:btl_usnic_{name}:");
@@ -856,6 +857,57 @@ fn failed_peer_is_named_and_the_job_ends() {
         "want:\n{want}...\ngot:\n{err}"
     );
     assert!(start.elapsed() < Duration::from_secs(120));
+}
+
+/// An internal error (a panic caught at an entry point; injected here in rank 0's 3000th
+/// progress call, which falls while it waits in `MPI_Recv`) ends the job at once through the
+/// PML's error callback, as the C original's `opal_btl_usnic_exit` does, with the error in
+/// the output. Before, the failed BTL only returned errors: rank 0 waited for ever, and the job
+/// ended after rank 1's peer timeout (20 s) named rank 0 a dead peer.
+#[test]
+fn an_internal_error_ends_the_job_with_its_message() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let start = Instant::now();
+    let prog = workdir().join("pingpong");
+    let prog = prog.to_str().unwrap();
+    // Two app contexts: rank 1 runs without the injection (its environment overrides it).
+    let o = mpirun(
+        1,
+        &[
+            "--mca",
+            "btl",
+            "usnic,self",
+            "--mca",
+            "btl_usnic_fault_panic_after",
+            "3000",
+        ],
+        &[
+            "pingpong",
+            "8",
+            "1000000",
+            ":",
+            "-np",
+            "1",
+            "env",
+            "OMPI_MCA_btl_usnic_fault_panic_after=0",
+            prog,
+            "8",
+            "1000000",
+        ],
+    );
+    let (out, err) = text(&o);
+    assert!(!o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(
+        err.contains(
+            "rank 0: internal error in progress: injected in progress call 3000 \
+             (btl_usnic_fault_panic_after); the usnic BTL stops working now"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("rank 1: internal error"), "{err}");
+    assert!(!err.contains("stopped hearing from a peer"), "{err}");
+    let took = start.elapsed();
+    assert!(took < Duration::from_secs(15), "{took:?}\n{err}");
 }
 
 #[test]

@@ -2,6 +2,9 @@
 //!
 //! A panic becomes the entry point's error value (an OPAL code, NULL, ...) and makes the
 //! component *sticky-failed*: later calls fail fast instead of running on half-updated state.
+//! Once the PML has registered its error callback, the job is ended through it too
+//! (`component::end_job_after_internal_error`): messages in flight on a failed BTL would
+//! otherwise wait forever.
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -28,9 +31,11 @@ pub fn guard<R>(what: &str, on_failure: R, f: impl FnOnce() -> R) -> R {
                 .map(|s| (*s).to_owned())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown panic".into());
-            log::error(&format!(
-                "internal error in {what}: {msg}; the usnic BTL stops working now"
-            ));
+            let line = format!("internal error in {what}: {msg}; the usnic BTL stops working now");
+            log::error(&line);
+            if !cfg!(test) {
+                super::component::end_job_after_internal_error(&line);
+            }
             on_failure
         }
     }

@@ -52,6 +52,8 @@ pub struct Component {
     /// Procs reached by at least one module (for `show_route_failures`).
     pub reached: std::cell::RefCell<HashSet<(u32, u32)>>,
     pub next_stats: std::cell::Cell<Instant>,
+    /// Progress calls so far (only counted for `Settings::fault_panic_after`).
+    pub progress_calls: std::cell::Cell<u64>,
 }
 
 static COMPONENT: Shared<Option<Component>> = Shared::new(None);
@@ -245,6 +247,7 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
         my_host,
         reached: Default::default(),
         next_stats: std::cell::Cell::new(Instant(fabric::now().0 + stats_every)),
+        progress_calls: std::cell::Cell::new(0),
     };
     let ack_thread = comp.settings.ack_thread;
     // Only once init can no longer decline (a declined component is never entered, so its lock
@@ -462,10 +465,47 @@ pub fn close() -> i32 {
     OPAL_SUCCESS
 }
 
+/// After an internal error (a panic caught at an entry point): as the C original's
+/// `opal_btl_usnic_exit`, the PML's error callback (ob1 aborts the job from it), then exit,
+/// rather than leave every message in flight waiting for a BTL that no longer works. Nothing
+/// when no module has a callback yet: the entry point's error value is then enough (init).
+pub fn end_job_after_internal_error(msg: &str) {
+    let target = COMPONENT.cell().try_borrow().ok().and_then(|c| {
+        c.as_ref()?
+            .modules
+            .iter()
+            .find_map(|m| m.error_cb.get().map(|cb| (cb, m.btl.get())))
+    });
+    let Some((cb, btl)) = target else {
+        return;
+    };
+    let c = std::ffi::CString::new(msg.replace('\0', "?")).unwrap_or_default();
+    // SAFETY: the PML's error callback (registered through btl_register_error) with this
+    // module; no proc is to blame; the string lives through the call.
+    unsafe {
+        cb(
+            btl,
+            sys::MCA_BTL_ERROR_FLAGS_FATAL as i32,
+            core::ptr::null_mut(),
+            c.as_ptr() as *mut _,
+        )
+    };
+    // SAFETY: ends the process at once, as the agent's abort does: atexit handlers could wait
+    // on state the failed BTL left behind.
+    unsafe { libc::_exit(1) }
+}
+
 /// Component progress: every module, then statistics when due.
 pub fn progress() -> i32 {
     let _g = lock::enter();
     with_component(|c| {
+        if c.settings.fault_panic_after != 0 {
+            let n = c.progress_calls.get() + 1;
+            c.progress_calls.set(n);
+            if n == c.settings.fault_panic_after {
+                panic!("injected in progress call {n} (btl_usnic_fault_panic_after)");
+            }
+        }
         let now = fabric::now();
         super::acker::note_progress(now.0);
         let mut n = 0;

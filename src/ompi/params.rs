@@ -61,6 +61,8 @@ pub struct usnic_rs_params_t {
     pub fault_recv_drop: f64,
     pub fault_recv_dup: f64,
     pub fault_delay_us: c_int,
+    /// Testing (level 9): the progress call of this number panics; 0 = never.
+    pub fault_panic_after: c_int,
 }
 
 /// Validated parameters.
@@ -116,6 +118,9 @@ pub struct Settings {
     /// Fault injection for every module (`seed` not yet mixed with rank and module index);
     /// `None` when every percentage is 0.
     pub faults: Option<FaultConfig>,
+    /// Testing: the component's progress call of this number panics (an internal error, to
+    /// show what a user then sees); 0 = never.
+    pub fault_panic_after: u64,
 }
 
 /// Why a parameter value is refused. `Display` is the one-line message.
@@ -397,6 +402,7 @@ impl Settings {
             gso: p.gso,
             gro: p.gro,
             faults: fault_config(p)?,
+            fault_panic_after: at_least("fault_panic_after", p.fault_panic_after, 0)? as u64,
         };
         settings.check_timeouts()?;
         Ok(settings)
@@ -526,6 +532,7 @@ pub fn param_defaults() -> usnic_rs_params_t {
         fault_recv_drop: 0.0,
         fault_recv_dup: 0.0,
         fault_delay_us: 1000,
+        fault_panic_after: 0,
     }
 }
 
