@@ -35,7 +35,7 @@ pub(crate) enum FlushError {
     /// path MTU is smaller, and the kernel segments only to whole datagrams that fit it): the
     /// batch went out one datagram per send, which the kernel fragments, and so will every
     /// later datagram to that destination.
-    Alone(Dest, i32),
+    OneByOne(Dest, i32),
 }
 
 /// One channel's batch under construction.
@@ -55,9 +55,9 @@ pub(crate) struct Batch {
     /// A datagram written behind the batch for another destination while the batch could not
     /// go (`commit`): it starts the next batch once this one is sent.
     parked: Option<(Dest, usize)>,
-    /// Destinations that refused a batch for its size (`FlushError::Alone`): a datagram to one
+    /// Destinations that refused a batch for its size (`FlushError::OneByOne`): a datagram to one
     /// of them closes its batch, so it leaves alone. Usually empty.
-    alone: Vec<Dest>,
+    one_by_one: Vec<Dest>,
     /// Sends of more than one datagram, and the datagrams they carried.
     pub batches: u64,
     pub batched: u64,
@@ -87,7 +87,7 @@ impl Batch {
             to: None,
             closed: false,
             parked: None,
-            alone: Vec::new(),
+            one_by_one: Vec::new(),
             batches: 0,
             batched: 0,
             #[cfg(test)]
@@ -136,7 +136,8 @@ impl Batch {
         self.used += len;
         self.count += 1;
         self.to = Some(to);
-        self.closed = len < self.seg || (!self.alone.is_empty() && self.alone.contains(&to));
+        self.closed =
+            len < self.seg || (!self.one_by_one.is_empty() && self.one_by_one.contains(&to));
         self.closed || self.count == self.max_segs
     }
 
@@ -193,8 +194,8 @@ impl Batch {
                     // malformed address says EINVAL either way). Batching stays.
                     Err(FlushError::Lost(e))
                 } else if e == libc::EMSGSIZE {
-                    self.alone.push(to);
-                    Err(FlushError::Alone(to, e))
+                    self.one_by_one.push(to);
+                    Err(FlushError::OneByOne(to, e))
                 } else {
                     Err(FlushError::Unsupported(e))
                 }
@@ -358,7 +359,7 @@ mod tests {
         for i in 0..3u8 {
             assert!(!b.push(to, [&[i; 1000], &[], &[]]));
         }
-        assert_eq!(b.flush(), Err(FlushError::Alone(to, libc::EMSGSIZE)));
+        assert_eq!(b.flush(), Err(FlushError::OneByOne(to, libc::EMSGSIZE)));
         let mut buf = [0u8; 2000];
         for i in 0..3u8 {
             assert_eq!(rx.recv(&mut buf).unwrap(), 1000);

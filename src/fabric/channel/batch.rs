@@ -156,7 +156,7 @@ impl ChannelRes {
                 self.batch = None;
                 Ok(())
             }
-            Err(FlushError::Alone(to, e)) => {
+            Err(FlushError::OneByOne(to, e)) => {
                 // Worth a warning: IP now fragments every full datagram to that peer.
                 tracing::warn!(
                     "usnic: the route to {to} takes no run of {}-byte datagrams ({}): its path \
