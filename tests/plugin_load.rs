@@ -1,21 +1,11 @@
 //! Loads the built plugin the way Open MPI's MCA loader does (dlopen + dlsym of
 //! `mca_btl_usnic_component`) and checks what the loader and `ompi_info` read from it.
 use std::ffi::{CStr, CString};
-use std::path::PathBuf;
 
 use usnic_rs::ompi::sys;
 
-/// `target/<profile>/libusnic_rs.so`, built alongside this test (the cdylib of the crate).
-fn plugin_path() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target/<profile>");
-    let p = dir.join("libusnic_rs.so");
-    assert!(p.exists(), "plugin not built at {}", p.display());
-    p
-}
+mod plugin_path;
+use plugin_path::plugin_path;
 
 fn cstr(bytes: &[core::ffi::c_char]) -> String {
     // SAFETY: the fixed-size name arrays of mca_base_component_t are NUL-terminated.

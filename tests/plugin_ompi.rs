@@ -12,16 +12,8 @@ use std::time::{Duration, Instant};
 /// MPI jobs run one at a time (2 cores; the jobs busy-poll).
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn plugin_path() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let dir = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("target/<profile>");
-    let p = dir.join("libusnic_rs.so");
-    assert!(p.exists(), "plugin not built at {}", p.display());
-    p
-}
+mod plugin_path;
+use plugin_path::plugin_path;
 
 /// A scratch directory with `mca_btl_usnic.so` -> the built plugin, and the test programs.
 fn workdir() -> &'static Path {
