@@ -65,9 +65,13 @@ pub extern "C" fn usnic_rs_component_open() -> i32 {
 /// Component close: releases everything still held.
 #[no_mangle]
 pub extern "C" fn usnic_rs_component_close() -> i32 {
+    // Join the helper first, without the lock (it may be waiting for it), and outside the
+    // guard, which does nothing after an internal error: the helper runs this library's code,
+    // which Open MPI unloads after close.
+    if std::panic::catch_unwind(super::acker::stop).is_err() {
+        return OPAL_ERROR;
+    }
     guard("component close", OPAL_ERROR, || {
-        // Join the helper first, without the lock (it may be waiting for it).
-        super::acker::stop();
         let _g = lock::enter();
         component::close()
     })
