@@ -214,6 +214,7 @@ pub fn send(
             }
         }
         Err(err) => {
+            st.refused(cookie);
             log::verbose(5, || format!("send to {} refused: {err:?}", e.describe()));
             submit_error(err)
         }
@@ -276,6 +277,7 @@ pub fn sendi(
             OPAL_SUCCESS
         }
         Err(err) => {
+            st.refused(cookie);
             log::verbose(5, || format!("sendi to {} refused: {err:?}", e.describe()));
             OPAL_ERR_RESOURCE_BUSY
         }

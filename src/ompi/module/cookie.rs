@@ -15,6 +15,14 @@ impl ModuleState {
         self.inline_backlog += len;
         inline_cookie_of(len)
     }
+
+    /// The core refused the send of `cookie`: an inline send's size leaves the backlog again
+    /// (else every refusal would hold back later sends for good).
+    pub fn refused(&mut self, cookie: Cookie) {
+        if let Some(len) = inline_len(cookie) {
+            self.inline_backlog = self.inline_backlog.saturating_sub(len);
+        }
+    }
 }
 
 /// The cookie of an inline send carries its size, so completing it needs no table entry per
