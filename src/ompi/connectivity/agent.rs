@@ -204,8 +204,14 @@ impl State {
                 .filter(|c| c.outcome.is_none())
                 .map(|c| c.deadline)
                 .min();
+            // Rounded up: rounded down, the last millisecond before a deadline polled with 0,
+            // a busy loop on a host whose cores the ranks need.
             let timeout_ms = match next {
-                Some(d) => d.saturating_duration_since(now).as_millis().min(1000) as i32,
+                Some(d) => d
+                    .saturating_duration_since(now)
+                    .as_micros()
+                    .div_ceil(1000)
+                    .min(1000) as i32,
                 None => 1000,
             };
             let ready = sys::poll_readable(&fds, timeout_ms)?;
