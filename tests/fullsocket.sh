@@ -31,7 +31,7 @@ ok() { echo "PASS $*"; pass=$((pass + 1)); }
 bad() { echo "FAIL $*"; fail=$((fail + 1)); }
 finish() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit $?; }
 
-# usnic_final_lines: the final statistics lines in the given logs.
+# usnic_final_lines, run_netns_logdir, manyreq_passed.
 SUITE_DIR=$ROOT/tests/suite
 # shellcheck source=tests/suite/netns_lib.sh
 . "$SUITE_DIR/netns_lib.sh"
@@ -51,7 +51,7 @@ judge() {
     n=$(final_sum "$key" "$@")
     if [ "$rc" -ne 0 ]; then
         bad "$name: exit $rc (log: $log)"
-    elif ! grep -q 'PASS manyreq\|manyreq *[0-9]* *PASS' "$log"; then
+    elif ! manyreq_passed "$log"; then
         bad "$name: exit 0 but no PASS line from manyreq (log: $log)"
     elif [ -z "$n" ]; then
         bad "$name: no final statistics line with $key (log: $log)"
@@ -96,7 +96,7 @@ hosts() {
     NETEM="rate $RATE_HOSTS" LAYOUTS="2:1" TIMEOUT="$JOB_LIMIT" MPI_ARGS="${STATS[*]} $*" \
         tests/run-netns.sh manyreq >"$out" 2>&1
     local rc=$?
-    dir=$(sed -nE 's/.* logs: (\S+)$/\1/p' "$out" | head -1)
+    dir=$(run_netns_logdir "$out")
     if [ -z "$dir" ] || [ ! -d "$dir" ]; then
         bad "$name: tests/run-netns.sh named no log directory (exit $rc; output: $out)"
         return

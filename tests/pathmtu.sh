@@ -21,6 +21,10 @@ ROUTE_MTU=${ROUTE_MTU:-1200}
 JOB_LIMIT=${JOB_LIMIT:-180}
 export NC_NET=${NC_NET:-10.77.0}
 NC=${NC:-$("$ROOT/scripts/find-netns-cluster.sh")}
+# run_netns_logdir, manyreq_passed.
+SUITE_DIR=$ROOT/tests/suite
+# shellcheck source=tests/suite/netns_lib.sh
+. "$SUITE_DIR/netns_lib.sh"
 LOGDIR=$(mktemp -d /tmp/usnic-pathmtu.XXXXXX)
 WARNING='takes no run of 1472-byte datagrams'
 pass=0
@@ -63,12 +67,12 @@ LAYOUTS="2:1" TIMEOUT="$JOB_LIMIT" KEEP_CLUSTER=1 \
     MPI_ARGS="--mca btl_usnic_stats 3600 --mca btl_usnic_connectivity_check 0" \
     tests/run-netns.sh manyreq >"$out" 2>&1
 rc=$?
-dir=$(sed -nE 's/.* logs: (\S+)$/\1/p' "$out" | head -1)
+dir=$(run_netns_logdir "$out")
 if [ -z "$dir" ] || [ ! -d "$dir" ]; then
     bad "tests/run-netns.sh named no log directory (exit $rc; output: $out)"
 elif [ "$rc" -ne 0 ]; then
     bad "manyreq across a route of MTU $ROUTE_MTU: exit $rc (output: $out, logs: $dir)"
-elif ! grep -q 'PASS manyreq\|manyreq *[0-9]* *PASS' "$out"; then
+elif ! manyreq_passed "$out"; then
     bad "exit 0 but no PASS line from manyreq (output: $out)"
 elif ! grep -qh "$WARNING" "$dir"/*.log; then
     bad "manyreq passed, but no '$WARNING' warning: no batch was refused, so the case tested nothing (logs: $dir)"

@@ -72,6 +72,16 @@ nc_btl_args() {
     esac
 }
 
+# The log directory tests/run-netns.sh named in its output saved in file $1 (its "logs: DIR").
+run_netns_logdir() {
+    sed -nE 's/.* logs: (\S+)$/\1/p' "$1" | head -1
+}
+
+# Whether file $1 holds manyreq's PASS line (its own, or tests/run-netns.sh's table row).
+manyreq_passed() {
+    grep -q 'PASS manyreq\|manyreq *[0-9]* *PASS' "$1"
+}
+
 # The final statistics lines of the usnic BTL found in the given logs (btl_usnic_stats > 0).
 usnic_final_lines() {
     grep -hE 'btl:usnic: stats \(final\) ' "$@" 2>/dev/null
