@@ -136,8 +136,7 @@ impl Batch {
         self.used += len;
         self.count += 1;
         self.to = Some(to);
-        self.closed =
-            len < self.seg || (!self.one_by_one.is_empty() && self.one_by_one.contains(&to));
+        self.closed = len < self.seg || self.one_by_one.contains(&to);
         self.closed || self.count == self.max_segs
     }
 
