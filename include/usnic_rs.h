@@ -264,8 +264,10 @@ int32_t usnic_rs_get(uint32_t index,
  Let peers PUT into / GET from `[base, base + size)`; NULL on failure.
  */
 mca_btl_base_registration_handle_t *usnic_rs_register_mem(uint32_t index,
+                                                          struct mca_btl_base_endpoint_t *endpoint,
                                                           void *base,
-                                                          size_t size);
+                                                          size_t size,
+                                                          uint32_t flags);
 
 int32_t usnic_rs_deregister_mem(uint32_t index,
                                 mca_btl_base_registration_handle_t *handle);

@@ -434,12 +434,14 @@ pub unsafe extern "C" fn usnic_rs_get(
 #[no_mangle]
 pub extern "C" fn usnic_rs_register_mem(
     index: u32,
+    endpoint: *mut mca_btl_base_endpoint_t,
     base: *mut c_void,
     size: usize,
+    flags: u32,
 ) -> *mut mca_btl_base_registration_handle_t {
     guard("register_mem", core::ptr::null_mut(), || {
         let _g = lock::enter();
-        with_module(index, |_, m| rdma::register(m, base, size))
+        with_module(index, |_, m| rdma::register(m, endpoint, base, size, flags))
             .unwrap_or(core::ptr::null_mut())
             .cast()
     })

@@ -30,6 +30,41 @@ pub const HANDLE_SIZE: usize = core::mem::size_of::<RegHandle>();
 struct Region {
     base: usize,
     len: usize,
+    access: Access,
+}
+
+/// What peers may do to a region: `btl_register_mem`'s access flags and endpoint. ob1 asks for
+/// everything from the peer it ships the handle to; honouring the flags keeps memory registered
+/// only to be read (or only for one peer) out of reach of a PUT from anyone holding the id.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Access {
+    /// Peers may PUT into it (`MCA_BTL_REG_FLAG_REMOTE_WRITE`).
+    pub write: bool,
+    /// Peers may GET from it (`MCA_BTL_REG_FLAG_REMOTE_READ`).
+    pub read: bool,
+    /// The one peer allowed; None for all (registered without an endpoint).
+    pub peer: Option<PeerId>,
+}
+
+impl Access {
+    pub fn from_flags(flags: u32, peer: Option<PeerId>) -> Access {
+        Access {
+            write: flags & sys::MCA_BTL_REG_FLAG_REMOTE_WRITE != 0,
+            read: flags & sys::MCA_BTL_REG_FLAG_REMOTE_READ != 0,
+            peer,
+        }
+    }
+
+    fn admits(&self, peer: PeerId) -> bool {
+        self.peer.map_or(true, |p| p == peer)
+    }
+}
+
+/// Who reads lent region bytes: this side (a PUT's source) or a peer's GET.
+#[derive(Copy, Clone, Debug)]
+pub enum Reader {
+    Local,
+    Peer(PeerId),
 }
 
 /// Memory of this module that peers may touch.
@@ -52,7 +87,7 @@ impl Regions {
         }
     }
 
-    fn add(&mut self, base: usize, len: usize) -> u64 {
+    fn add(&mut self, base: usize, len: usize, access: Access) -> u64 {
         let id = loop {
             self.next += 1;
             let id = crate::proto::splitmix64(self.next ^ self.key);
@@ -60,7 +95,7 @@ impl Regions {
                 break id;
             }
         };
-        self.map.insert(id, Region { base, len });
+        self.map.insert(id, Region { base, len, access });
         id
     }
 
@@ -70,19 +105,35 @@ impl Regions {
         self.map.remove(&id);
     }
 
-    /// Address of `[offset, offset + len)` inside region `id`, if entirely inside it.
-    pub fn locate(&self, id: u64, offset: u64, len: usize) -> Option<*mut u8> {
-        let r = self.map.get(&id)?;
+    /// Address of `[offset, offset + len)` inside region `id`, if entirely inside it and
+    /// `allowed` by the region's access.
+    fn locate(
+        &self,
+        id: u64,
+        offset: u64,
+        len: usize,
+        allowed: impl Fn(&Access) -> bool,
+    ) -> Option<*mut u8> {
+        let r = self.map.get(&id).filter(|r| allowed(&r.access))?;
         let off = usize::try_from(offset).ok()?;
         let end = off.checked_add(len)?;
         (end <= r.len).then(|| (r.base + off) as *mut u8)
     }
 
-    /// Bytes `[offset, offset + len)` of region `id`, if entirely inside it, lent where they lie
-    /// (a GET reply, a PUT source): copying them cost a fresh allocation, page faults included,
-    /// per operation (4 MiB GET bandwidth 1.6 against 10 GB/s).
-    pub fn lend(&self, id: u64, offset: u64, len: usize) -> Option<Payload> {
-        let src = self.locate(id, offset, len)?;
+    /// Where `peer` may write `len` bytes at `offset` of region `id` (a PUT, a GET's reply).
+    pub fn write_target(&self, peer: PeerId, id: u64, offset: u64, len: usize) -> Option<*mut u8> {
+        self.locate(id, offset, len, |a| a.write && a.admits(peer))
+    }
+
+    /// Bytes `[offset, offset + len)` of region `id`, if entirely inside it and readable by
+    /// `reader`, lent where they lie (a GET reply, a PUT source): copying them cost a fresh
+    /// allocation, page faults included, per operation (4 MiB GET bandwidth 1.6 against
+    /// 10 GB/s).
+    pub fn lend(&self, reader: Reader, id: u64, offset: u64, len: usize) -> Option<Payload> {
+        let src = self.locate(id, offset, len, |a| match reader {
+            Reader::Local => true,
+            Reader::Peer(p) => a.read && a.admits(p),
+        })?;
         // SAFETY: `locate` checked that [src, src + len) lies inside live region `id`;
         // `ModuleState::forget_region` copies the bytes out before that region goes.
         let lent = unsafe { RegionLent::new(id, src, len) };
@@ -143,11 +194,31 @@ pub struct RdmaOp {
     pub temp_region: Option<u64>,
 }
 
-pub fn register(m: &ModuleCell, base: *mut c_void, size: usize) -> *mut RegHandle {
+/// `endpoint` NULL registers for every peer; an endpoint this module does not know registers
+/// nothing (NULL: the PML then goes without RDMA for this buffer).
+pub fn register(
+    m: &ModuleCell,
+    endpoint: *mut sys::mca_btl_base_endpoint_t,
+    base: *mut c_void,
+    size: usize,
+    flags: u32,
+) -> *mut RegHandle {
     if base.is_null() && size > 0 {
         return core::ptr::null_mut();
     }
-    let region = m.state.borrow_mut().regions.add(base as usize, size);
+    let mut st = m.state.borrow_mut();
+    let peer = if endpoint.is_null() {
+        None
+    } else {
+        let Some(ep) = st.check_endpoint(endpoint.cast::<Endpoint>()) else {
+            return core::ptr::null_mut();
+        };
+        // SAFETY: found in the peer table, so live.
+        Some(unsafe { (*ep).peer })
+    };
+    let region = st
+        .regions
+        .add(base as usize, size, Access::from_flags(flags, peer));
     Box::into_raw(Box::new(RegHandle {
         region,
         base: base as u64,
@@ -251,7 +322,7 @@ fn put_source(regions: &Regions, a: &RdmaArgs) -> Payload {
         let h = unsafe { *(a.local_handle as *const RegHandle) };
         if let Some(lent) = (a.local as u64)
             .checked_sub(h.base)
-            .and_then(|off| regions.lend(h.region, off, a.size))
+            .and_then(|off| regions.lend(Reader::Local, h.region, off, a.size))
         {
             return lent;
         }
@@ -272,8 +343,13 @@ pub fn get(m: &ModuleCell, a: RdmaArgs) -> i32 {
         return OPAL_ERR_BAD_PARAM;
     }
     let mut st = m.state.borrow_mut();
-    // The destination is writable only by this GET, only while it runs.
-    let temp = st.regions.add(a.local as usize, a.size);
+    // The destination is writable only by this GET's target, only while it runs.
+    let only_target = Access {
+        write: true,
+        read: false,
+        peer: Some(peer),
+    };
+    let temp = st.regions.add(a.local as usize, a.size, only_target);
     let op = Box::into_raw(Box::new(RdmaOp {
         cb: a.cb,
         context: a.context,
@@ -335,10 +411,16 @@ pub fn complete(m: &ModuleCell, op: *mut RdmaOp, status: i32) {
 mod tests {
     use super::*;
 
+    const ANY: Access = Access {
+        write: true,
+        read: true,
+        peer: None,
+    };
+
     #[test]
     fn region_ids_are_unique_and_not_sequential() {
         let mut r = Regions::keyed(0x1234_5678_9abc_def0);
-        let ids: Vec<u64> = (0..1000).map(|_| r.add(0x1000, 10)).collect();
+        let ids: Vec<u64> = (0..1000).map(|_| r.add(0x1000, 10, ANY)).collect();
         let set: std::collections::HashSet<_> = ids.iter().collect();
         assert_eq!(set.len(), ids.len(), "unique");
         assert!(
@@ -349,21 +431,63 @@ mod tests {
         assert!(ids.windows(2).all(|w| w[1] != w[0].wrapping_add(1)));
         // Another module's key gives other ids.
         let mut other = Regions::keyed(1);
-        assert_ne!(other.add(0x1000, 10), ids[0]);
+        assert_ne!(other.add(0x1000, 10, ANY), ids[0]);
     }
 
     #[test]
     fn locate_stays_inside_the_region() {
         let mut r = Regions::default();
-        let id = r.add(0x1000, 100);
-        assert_eq!(r.locate(id, 0, 100), Some(0x1000 as *mut u8));
-        assert_eq!(r.locate(id, 99, 1), Some(0x1063 as *mut u8));
-        assert_eq!(r.locate(id, 99, 2), None);
-        assert_eq!(r.locate(id, 100, 0), Some(0x1064 as *mut u8));
-        assert_eq!(r.locate(id, u64::MAX, 1), None);
-        assert_eq!(r.locate(id + 1, 0, 1), None);
+        let id = r.add(0x1000, 100, ANY);
+        let p = PeerId(3);
+        assert_eq!(r.write_target(p, id, 0, 100), Some(0x1000 as *mut u8));
+        assert_eq!(r.write_target(p, id, 99, 1), Some(0x1063 as *mut u8));
+        assert_eq!(r.write_target(p, id, 99, 2), None);
+        assert_eq!(r.write_target(p, id, 100, 0), Some(0x1064 as *mut u8));
+        assert_eq!(r.write_target(p, id, u64::MAX, 1), None);
+        assert_eq!(r.write_target(p, id + 1, 0, 1), None);
         r.remove_region(id);
-        assert_eq!(r.locate(id, 0, 1), None);
+        assert_eq!(r.write_target(p, id, 0, 1), None);
+    }
+
+    #[test]
+    fn peers_touch_a_region_only_as_registered() {
+        let mut r = Regions::default();
+        let buf = [7u8; 16];
+        let base = buf.as_ptr() as usize;
+        let (a, b) = (PeerId(1), PeerId(2));
+        let lendable = |r: &Regions, who, id| r.lend(who, id, 0, 16).is_some();
+        let flags = |f, peer| Access::from_flags(f, peer);
+
+        let read_only = r.add(base, 16, flags(sys::MCA_BTL_REG_FLAG_REMOTE_READ, None));
+        assert_eq!(
+            r.write_target(a, read_only, 0, 1),
+            None,
+            "PUT into read-only"
+        );
+        assert!(lendable(&r, Reader::Peer(a), read_only));
+
+        let write_only = r.add(base, 16, flags(sys::MCA_BTL_REG_FLAG_REMOTE_WRITE, None));
+        assert!(r.write_target(a, write_only, 0, 1).is_some());
+        assert!(
+            !lendable(&r, Reader::Peer(a), write_only),
+            "GET from write-only"
+        );
+        // This side's own PUT source is not a peer's access.
+        assert!(lendable(&r, Reader::Local, write_only));
+
+        let local = r.add(base, 16, flags(sys::MCA_BTL_REG_FLAG_LOCAL_WRITE, None));
+        assert_eq!(r.write_target(a, local, 0, 1), None);
+        assert!(!lendable(&r, Reader::Peer(a), local));
+
+        let for_a = r.add(base, 16, flags(sys::MCA_BTL_REG_FLAG_ACCESS_ANY, Some(a)));
+        assert!(r.write_target(a, for_a, 0, 1).is_some());
+        assert!(lendable(&r, Reader::Peer(a), for_a));
+        assert_eq!(
+            r.write_target(b, for_a, 0, 1),
+            None,
+            "another peer's region"
+        );
+        assert!(!lendable(&r, Reader::Peer(b), for_a));
     }
 
     #[test]

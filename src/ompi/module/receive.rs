@@ -3,7 +3,7 @@
 use crate::fabric::{BufId, Completion, Op};
 use crate::ompi::frag::Frag;
 use crate::ompi::log;
-use crate::ompi::rdma::RdmaOp;
+use crate::ompi::rdma::{RdmaOp, Reader};
 use crate::ompi::status::*;
 use crate::proto::{Channel, Event, Failure, Instant, RxOutcome};
 
@@ -111,11 +111,12 @@ impl ModuleState {
                         payload,
                     } => {
                         let n = payload.len();
-                        match self.regions.locate(region, offset, n) {
+                        match self.regions.write_target(peer, region, offset, n) {
                             Some(dst) if payload.end <= len => {
                                 let src = &self.fabric.rx_bytes(ch, buf, len)[payload];
-                                // SAFETY: `locate` checked that [dst, dst + n) lies inside memory
-                                // registered for this (a PUT target or a GET's destination);
+                                // SAFETY: `write_target` checked that [dst, dst + n) lies inside
+                                // memory registered for `peer` to write (a PUT target or a
+                                // GET's destination);
                                 // it cannot overlap our receive buffer.
                                 unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), dst, n) };
                             }
@@ -183,7 +184,7 @@ impl ModuleState {
                 } => {
                     let answer = usize::try_from(len)
                         .ok()
-                        .and_then(|len| self.regions.lend(region, offset, len))
+                        .and_then(|len| self.regions.lend(Reader::Peer(peer), region, offset, len))
                         .ok_or(());
                     self.engine.answer_get(now, peer, request, answer);
                 }
