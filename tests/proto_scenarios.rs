@@ -1505,6 +1505,19 @@ fn acknowledged_put_completes_once_the_barrier_is_passed() {
 }
 
 #[test]
+fn a_get_larger_than_a_reply_may_be_is_refused_at_submit() {
+    let mut p = pair_with(cfg(1, 0), cfg(2, 0));
+    let max = u64::from(wire::MAX_REASSEMBLY);
+    assert_eq!(
+        p.a.submit_get(us(0), p.ab, 1, 0, 2, 0, max + 1, Cookie(5)),
+        Err(SubmitError::TooLarge)
+    );
+    assert!(p.a.is_idle(p.ab), "nothing was queued");
+    p.a.submit_get(us(0), p.ab, 1, 0, 2, 0, max, Cookie(6))
+        .unwrap();
+}
+
+#[test]
 fn get_never_answered_fails_with_the_peer() {
     let mut ca = cfg(1, 0);
     ca.peer_timeout = Duration::from_millis(300);

@@ -128,7 +128,10 @@ impl Engine {
         self.commit_write();
         self.touch(now);
         self.usable_peer(peer)?;
-        if len > u32::MAX as u64
+        // The reply's datagrams land in registered memory, not a reassembly buffer, but a
+        // receiver takes no reply larger than one (wire::validate), so a larger GET could
+        // never complete.
+        if len > MAX_REASSEMBLY as u64
             || remote_offset.checked_add(len).is_none()
             || local_offset.checked_add(len).is_none()
         {

@@ -317,10 +317,11 @@ fn validate(h: &Header) -> Result<(), ParseError> {
             h.tag == 0
                 && h.id != 0
                 && plen == 0
+                && h.total <= MAX_REASSEMBLY
                 && h.offset == 0
                 && h.region_offset.checked_add(h.total as u64).is_some()
         }
-        // Same limit as Chunk: no GET larger than one reassembly exists to be answered.
+        // Same limit as Chunk and GetReq: the origin takes no larger answer.
         Kind::GetReply => h.tag == 0 && h.id != 0 && h.total <= MAX_REASSEMBLY && in_bounds(h),
         Kind::PutRefuse | Kind::GetRefuse => {
             h.tag == 0 && h.id != 0 && plen == 0 && h.total == 0 && h.offset == 0

@@ -195,6 +195,12 @@ fn field_rules() {
     assert!(parse(&c).is_err());
     put32(&mut c, OFF_TOTAL, MAX_REASSEMBLY);
     assert!(parse(&c).is_ok());
+    // and a get request for more: its answer would be refused
+    let mut c = s[4].clone();
+    put32(&mut c, OFF_TOTAL, MAX_REASSEMBLY + 1);
+    assert!(parse(&c).is_err());
+    put32(&mut c, OFF_TOTAL, MAX_REASSEMBLY);
+    assert!(parse(&c).is_ok());
     // put region offset overflowing
     let mut c = s[3].clone();
     put64(&mut c, OFF_REGION_OFFSET, u64::MAX - 3);
