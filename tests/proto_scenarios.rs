@@ -1517,6 +1517,59 @@ fn a_get_larger_than_a_reply_may_be_is_refused_at_submit() {
         .unwrap();
 }
 
+/// First chunks of new fragments, each claiming the largest total, from a sender holding the
+/// job's key: each would set 64 MiB aside. Past the open limit (a full window of chunks plus
+/// two largest fragments) they are dropped before their sequence numbers are taken, so the
+/// next real segment still fills the first gap.
+#[test]
+fn first_chunks_past_the_open_limit_are_dropped_and_take_no_sequence_number() {
+    let mut p = pair();
+    let first = |seq: u32, id: u32, total: u32| {
+        let mut h = Header::new(Kind::Chunk);
+        h.seq = seq;
+        h.src = 1;
+        h.key = 2000;
+        h.id = id;
+        h.total = total;
+        h.payload_len = 1;
+        let mut d = vec![0u8; h.header_len() + 1];
+        h.emit(&mut d);
+        d
+    };
+    let max = wire::MAX_REASSEMBLY;
+    let outcomes: Vec<RxOutcome> = (0..64u32)
+        .map(|i| {
+            p.b.handle_datagram(us(1), Channel::Data, &first(101 + i, 1000 + i, max))
+        })
+        .collect();
+    let taken = outcomes
+        .iter()
+        .take_while(|o| **o == RxOutcome::Consumed)
+        .count();
+    // 4096 * 1472 bytes plus two of 64 MiB hold two such fragments, not three.
+    assert_eq!(taken, 2, "{outcomes:?}");
+    assert!(outcomes[2..]
+        .iter()
+        .all(|o| *o == RxOutcome::Dropped(DropReason::BadChunk)));
+    assert_eq!(p.b.stats().bad_chunk_recvs, 62);
+    // A copy of a taken number whose fragment is no longer open (as a late resend of a
+    // finished fragment's chunk) opens nothing: it is the duplicate it is, and answered so.
+    assert_eq!(
+        p.b.handle_datagram(us(2), Channel::Data, &first(101, 999, max)),
+        RxOutcome::Dropped(DropReason::Duplicate)
+    );
+    // A refused number was not taken: a chunk of a small fragment is new there, once.
+    let small = first(103, 7, 1000);
+    assert_eq!(
+        p.b.handle_datagram(us(2), Channel::Data, &small),
+        RxOutcome::Consumed
+    );
+    assert_eq!(
+        p.b.handle_datagram(us(3), Channel::Data, &small),
+        RxOutcome::Dropped(DropReason::Duplicate)
+    );
+}
+
 #[test]
 fn get_never_answered_fails_with_the_peer() {
     let mut ca = cfg(1, 0);

@@ -14,7 +14,18 @@ use std::ops::Range;
 
 use super::api::Piece;
 use super::idmap::{KeyedIdMap, KeyedIds};
+use super::seq::MAX_WINDOW;
 use super::spare::Spares;
+use super::wire::MAX_REASSEMBLY;
+
+/// The most bytes of open fragments a correct sender can leave at a receiver: its fragments
+/// are cut one after another into consecutive sequence numbers, and the receiver takes none
+/// `MAX_WINDOW` or more past the first it misses, so every open fragment but the one holding
+/// that first gap and the one reaching past the window's end lies inside the window; those
+/// two are at most `MAX_REASSEMBLY` each. `data_mtu` bounds a chunk's payload.
+pub fn open_limit(data_mtu: usize) -> u64 {
+    MAX_WINDOW as u64 * data_mtu as u64 + 2 * u64::from(MAX_REASSEMBLY)
+}
 
 /// Most pieces a kept fragment may have: Open MPI's `MCA_BTL_DES_MAX_SEGMENTS`, the segments
 /// one descriptor can carry to the PML.
@@ -33,6 +44,18 @@ struct Reassembly {
     total: u32,
     got: u32,
     store: Store,
+}
+
+/// How a chunk fits the fragments being reassembled.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Fit {
+    /// Its fragment is open with the same tag and total.
+    Matches,
+    /// Its fragment is open with another tag or total.
+    Conflicts,
+    /// No fragment of its id is open: as a new segment it opens one, which the open limit
+    /// allows or not (a late copy of a finished fragment's chunk opens nothing).
+    Opens { within_limit: bool },
 }
 
 /// A chunk that would bring its fragment more bytes than its total: it overlaps others.
@@ -56,23 +79,37 @@ pub struct Reassembler {
     last: Option<(u32, Reassembly)>,
     /// The others, by message id, which the sending peer chooses: hashed under a secret.
     frags: KeyedIdMap<u32, Reassembly>,
+    /// Total bytes of the fragments open now, and the most allowed (`open_limit`): each first
+    /// chunk sets its fragment's whole buffer aside, so forged first chunks of new ids
+    /// would otherwise pin memory without bound.
+    open: u64,
+    limit: u64,
 }
 
 impl Reassembler {
-    pub fn keyed(hash_key: u64) -> Reassembler {
+    pub fn keyed(hash_key: u64, limit: u64) -> Reassembler {
         Reassembler {
             last: None,
             frags: KeyedIdMap::with_hasher(KeyedIds(hash_key)),
+            open: 0,
+            limit,
         }
     }
 
-    /// Whether a chunk (id, tag, total) is consistent with what was seen of that fragment.
-    pub fn consistent(&self, id: u32, tag: u8, total: u32) -> bool {
+    /// How a chunk (id, tag, total) fits what was seen of its fragment. Asked before the
+    /// sequence number is taken, so a refused chunk leaves nothing behind.
+    pub fn fit(&self, id: u32, tag: u8, total: u32) -> Fit {
         let r = match &self.last {
             Some((l, r)) if *l == id => Some(r),
             _ => self.frags.get(&id),
         };
-        r.map_or(true, |r| r.tag == tag && r.total == total)
+        match r {
+            Some(r) if r.tag == tag && r.total == total => Fit::Matches,
+            Some(_) => Fit::Conflicts,
+            None => Fit::Opens {
+                within_limit: self.open + u64::from(total) <= self.limit,
+            },
+        }
     }
 
     /// Stores one chunk (validated by `wire::parse`: offset + len <= total). `hold` offers to
@@ -96,6 +133,7 @@ impl Reassembler {
             Some((_, r)) => r,
             None => {
                 let r = self.frags.remove(&id).unwrap_or_else(|| {
+                    self.open += u64::from(total);
                     // At most this many chunks (every chunk but the last is as long as the
                     // longest).
                     let pieces = (total as usize).div_ceil(data.len().max(1));
@@ -148,6 +186,7 @@ impl Reassembler {
             return Ok((held, None));
         }
         let (_, r) = self.last.take().expect("this chunk's fragment");
+        self.open -= u64::from(r.total);
         let whole = match r.store {
             Store::Copied(buf) => Whole::Copied(r.tag, buf),
             Store::Pieces(mut by_offset) => {
@@ -167,6 +206,7 @@ impl Reassembler {
 
     /// Forgets every fragment; returns the handles of the buffers that were kept.
     pub fn clear(&mut self) -> Vec<u64> {
+        self.open = 0;
         let mut handles = Vec::new();
         for (_, r) in self.last.take().into_iter().chain(self.frags.drain()) {
             if let Store::Pieces(pieces) = r.store {
@@ -195,7 +235,7 @@ mod tests {
 
     #[test]
     fn kept_pieces_come_out_in_order() {
-        let mut r = Reassembler::keyed(0);
+        let mut r = Reassembler::keyed(0, u64::MAX);
         let mut spares = Spares::default();
         let cs = chunks(1000, 300);
         let order = [2, 0, 3, 1];
@@ -236,7 +276,7 @@ mod tests {
 
     #[test]
     fn piece_lists_are_reused_from_fragment_to_fragment() {
-        let mut r = Reassembler::keyed(0);
+        let mut r = Reassembler::keyed(0, u64::MAX);
         let mut spares = Spares::default();
         let cs = chunks(1000, 300);
         for id in 0..3 {
@@ -262,7 +302,7 @@ mod tests {
     fn too_many_pieces_or_no_budget_copy_instead() {
         let mut spares = Spares::default();
         for (size, budget) in [(10, 1000), (300, 3)] {
-            let mut r = Reassembler::keyed(0);
+            let mut r = Reassembler::keyed(0, u64::MAX);
             let cs = chunks(1000, size);
             let mut out = None;
             for (k, (off, d)) in cs.iter().enumerate() {
@@ -288,7 +328,7 @@ mod tests {
 
     #[test]
     fn chunk_without_handle_in_a_kept_fragment_is_copied_and_clear_releases() {
-        let mut r = Reassembler::keyed(0);
+        let mut r = Reassembler::keyed(0, u64::MAX);
         let mut spares = Spares::default();
         let cs = chunks(900, 300);
         let mut add = |r: &mut Reassembler, id: u32, k: usize, hold: Option<u64>| {
@@ -311,7 +351,7 @@ mod tests {
 
     #[test]
     fn fragments_interleaved_chunk_by_chunk_each_come_out_whole() {
-        let mut r = Reassembler::keyed(5);
+        let mut r = Reassembler::keyed(5, u64::MAX);
         let mut spares = Spares::default();
         let cs = chunks(1000, 100);
         let mut wholes = Vec::new();
@@ -319,10 +359,13 @@ mod tests {
             for (id, tag) in [(1, 7), (2, 8)] {
                 // Before its chunk a fragment is in the map (the other one's chunk came
                 // last), except fragment 1 at the start: nothing of it was seen yet.
-                assert!(r.consistent(id, tag, 1000));
                 if *off > 0 {
-                    assert!(!r.consistent(id, tag + 1, 1000), "another tag");
-                    assert!(!r.consistent(id, tag, 999), "another length");
+                    assert_eq!(r.fit(id, tag, 1000), Fit::Matches);
+                    assert_eq!(r.fit(id, tag + 1, 1000), Fit::Conflicts, "another tag");
+                    assert_eq!(r.fit(id, tag, 999), Fit::Conflicts, "another length");
+                } else {
+                    let within_limit = true;
+                    assert_eq!(r.fit(id, tag, 1000), Fit::Opens { within_limit });
                 }
                 let (held, w) = r.add(id, tag, 1000, *off, d, None, 0, &mut spares).unwrap();
                 assert!(!held);
@@ -334,11 +377,15 @@ mod tests {
             wholes,
             [Whole::Copied(7, want.clone()), Whole::Copied(8, want)]
         );
-        assert!(r.consistent(1, 0, 5), "a finished fragment is forgotten");
+        assert!(
+            matches!(r.fit(1, 0, 5), Fit::Opens { .. }),
+            "a finished fragment is forgotten"
+        );
         // The latest place answers too: fragment 3's chunk came last.
         r.add(3, 4, 1000, 0, &cs[0].1, None, 0, &mut spares)
             .unwrap();
-        assert!(r.consistent(3, 4, 1000) && !r.consistent(3, 5, 1000));
+        assert_eq!(r.fit(3, 4, 1000), Fit::Matches);
+        assert_eq!(r.fit(3, 5, 1000), Fit::Conflicts);
         // A fragment still open in the latest place gives its kept buffers back too.
         assert!(
             r.add(9, 0, 1000, 0, &cs[0].1, Some((42, 0..100)), 10, &mut spares)
@@ -349,6 +396,29 @@ mod tests {
     }
 
     #[test]
+    fn open_fragments_stay_within_the_limit_and_finished_ones_free_their_share() {
+        let mut r = Reassembler::keyed(0, 2500);
+        let mut spares = Spares::default();
+        let cs = chunks(1000, 100);
+        let opens = |within_limit| Fit::Opens { within_limit };
+        for id in [1, 2] {
+            assert_eq!(r.fit(id, 0, 1000), opens(true));
+            r.add(id, 0, 1000, 0, &cs[0].1, None, 0, &mut spares)
+                .unwrap();
+        }
+        // 2000 bytes open: another 1000 would pass the limit, 500 would not.
+        assert_eq!(r.fit(3, 0, 1000), opens(false));
+        assert_eq!(r.fit(3, 0, 500), opens(true));
+        assert_eq!(r.fit(1, 0, 1000), Fit::Matches, "an open fragment goes on");
+        for (off, d) in &cs[1..] {
+            r.add(1, 0, 1000, *off, d, None, 0, &mut spares).unwrap();
+        }
+        assert_eq!(r.fit(3, 0, 1000), opens(true), "fragment 1 finished");
+        r.clear();
+        assert_eq!(r.fit(3, 0, 2500), opens(true), "cleared");
+    }
+
+    #[test]
     fn overlapping_chunks_are_refused_so_a_fragment_is_exactly_its_total() {
         // Chunk 0 again under another sequence number, once the fragment has all but its
         // last chunk: both ways of reassembling refuse it, keep nothing of it, and the
@@ -356,7 +426,7 @@ mod tests {
         let cs = chunks(1000, 300);
         let want: Vec<u8> = cs.iter().flat_map(|c| c.1.clone()).collect();
         for hold in [false, true] {
-            let mut r = Reassembler::keyed(0);
+            let mut r = Reassembler::keyed(0, u64::MAX);
             let mut spares = Spares::default();
             let mut add = |r: &mut Reassembler, k: usize, h: u64| {
                 let offer = hold.then(|| (h, 0..cs[k].1.len()));

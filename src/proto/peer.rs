@@ -193,7 +193,7 @@ impl Peer {
             ack_owed: false,
             ack_deadline: Instant(0),
             ack_due: false,
-            reasm: Reassembler::keyed(cfg.hash_key),
+            reasm: Reassembler::keyed(cfg.hash_key, super::chunk::open_limit(cfg.data_mtu)),
             get_requests: KeyedIdMap::with_hasher(KeyedIds(cfg.hash_key)),
             last_refused_put: None,
             refusals_unsent: 0,

@@ -2,7 +2,7 @@
 
 use super::{Engine, LastWrite};
 use crate::proto::api::*;
-use crate::proto::chunk::Whole;
+use crate::proto::chunk::{Fit, Whole};
 use crate::proto::peer::MAX_DSACKS;
 use crate::proto::window::recv::ext_diff;
 use crate::proto::window::Accept;
@@ -84,7 +84,13 @@ impl Engine {
         // Reject what contradicts local state before the sequence number is marked received.
         let p = self.peers[pid as usize].as_mut().expect("live");
         let consistent = match h.kind {
-            Kind::Chunk => p.reasm.consistent(h.id, h.tag, h.total),
+            Kind::Chunk => match p.reasm.fit(h.id, h.tag, h.total) {
+                Fit::Matches => true,
+                Fit::Conflicts => false,
+                // Only a new segment opens a fragment; a late copy of a finished fragment's
+                // chunk goes on to be answered as the duplicate it is.
+                Fit::Opens { within_limit } => within_limit || !p.rw.is_new(h.seq),
+            },
             Kind::GetReply => p.gets.get(&h.id).map_or(true, |g| g.len == h.total as u64),
             _ => true,
         };

@@ -79,6 +79,12 @@ impl RecvWindow {
         }
     }
 
+    /// Whether `accept(s)` would take `s` as new.
+    pub fn is_new(&self, s: u32) -> bool {
+        let d = ext_diff(s, self.next);
+        (0..WIN).contains(&d) && !self.get(s)
+    }
+
     /// Classifies the extended sequence number `s` and marks it received if new.
     pub fn accept(&mut self, s: u32) -> Accept {
         let d = ext_diff(s, self.next);
