@@ -111,6 +111,8 @@ step deadpeer tests/deadpeer.sh
 step fullsocket tests/fullsocket.sh
 # A route narrower than the interface: batched sends refused for their size (EMSGSIZE).
 step pathmtu tests/pathmtu.sh
+# A bridge with the same address on every host (docker0, virbr0): never paired across hosts.
+step bridges tests/bridges.sh
 step faults tests/suite/faults.sh
 # Three ranks on three hosts: every rank serves two peers at once (the data channel's turns) while
 # datagrams are lost, or dropped, duplicated and delayed by the injector on every side.

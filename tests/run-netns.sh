@@ -18,6 +18,7 @@
 #   NC=path             netns-cluster.sh (default: ../shared/tools/netns-cluster.sh from the project root)
 #   NC_NET=10.77.0      cluster /24 prefix (passed to netns-cluster.sh)
 #   NC_PIN=1            pin host I to CPU (I-1) mod nproc (netns-cluster.sh)
+#   USNIC_IF_INCLUDE=$NC_NET.0/24  btl_usnic_if_include; empty: every interface of the hosts
 #   KEEP_CLUSTER=1      leave the cluster up at the end
 #   NC_LOCK_WAIT=1800   seconds to wait for the cluster lock
 #   SHARED_NETEM=1      allow NETEM while other processes run inside the hosts
@@ -146,7 +147,8 @@ SELFARGS=()
 [ "${SELFTEST:-0}" = 1 ] && SELFARGS=(-x MPITEST_CORRUPT=1)
 IFARGS=(--mca oob_tcp_if_include "$NC_NET.0/24")
 [[ ",$BTL," == *",tcp,"* ]] && IFARGS+=(--mca btl_tcp_if_include "$NC_NET.0/24")
-[[ ",$BTL," == *",usnic,"* ]] && IFARGS+=(--mca btl_usnic_if_include "$NC_NET.0/24")
+USNIC_IF_INCLUDE=${USNIC_IF_INCLUDE-$NC_NET.0/24}
+[[ ",$BTL," == *",usnic,"* && -n "$USNIC_IF_INCLUDE" ]] && IFARGS+=(--mca btl_usnic_if_include "$USNIC_IF_INCLUDE")
 ncpu=$(nproc 2>/dev/null || echo 1)
 
 # processes left in a host after a failed run (an orted whose mpirun was killed)

@@ -10,7 +10,9 @@
 //! - a same-node peer is reached over loopback when both sides have a loopback module, otherwise
 //!   over a subnet-matching interface like a remote peer;
 //! - any other pair needs both interfaces non-loopback, with equal netmasks and equal masked
-//!   networks;
+//!   networks, and, for a peer on another node, different addresses: bridges such as Docker's
+//!   `docker0` (172.17.0.1/16) or libvirt's `virbr0` (192.168.122.1/24) carry the same address
+//!   on every host, and a datagram to it never leaves this one;
 //! - each module is paired with at most one module of the peer, and vice versa.
 use std::net::Ipv4Addr;
 
@@ -43,7 +45,7 @@ pub fn pair(first: &[Iface], second: &[Iface], same_node: bool) -> Vec<(usize, u
         if loop_pair {
             a.is_loopback() && b.is_loopback()
         } else {
-            same_subnet(a, b)
+            same_subnet(a, b) && (same_node || a.ipv4 != b.ipv4)
         }
     };
     let mut taken = vec![false; second.len()];
@@ -108,6 +110,17 @@ mod tests {
         let a = [ifc([127, 0, 0, 1], 8)];
         let b = [ifc([127, 0, 0, 1], 8)];
         assert!(pair(&a, &b, false).is_empty());
+    }
+
+    #[test]
+    fn a_remote_interface_with_one_of_our_addresses_is_not_paired() {
+        // virbr0 on both hosts, then their real link.
+        let a = [ifc([192, 168, 122, 1], 24), ifc([10, 0, 0, 1], 24)];
+        let b = [ifc([192, 168, 122, 1], 24), ifc([10, 0, 0, 2], 24)];
+        assert_eq!(pair(&a, &b, false), vec![(1, 1)]);
+        assert_eq!(peer_module_for(&b, &a, 0, false, false), None);
+        // On one node the same address is the same interface, and reaches.
+        assert_eq!(pair(&a, &b, true), vec![(0, 0), (1, 1)]);
     }
 
     #[test]

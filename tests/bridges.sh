@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# A bridge with the same address on every host, as Docker's docker0 (172.17.0.1/16) or libvirt's
+# virbr0 (192.168.122.1/24) has: each netns host gets an interface virbr0 at 192.168.122.1/24 (one
+# end of a veth pair of its own, so it is up with a carrier and the udp provider lists it) beside
+# its real link, and the job runs with every interface (no btl_usnic_if_include). The two virbr0
+# modules share a subnet but must not be paired across hosts: a datagram to 192.168.122.1 never
+# leaves the sending host. Before, they were, and the connectivity checker aborted the job about
+# 10 s in ("could not get any UDP datagram to the peer"); with the check off, the peer timeout
+# would have.
+# manyreq (sends and receives in flight both ways, every byte checked) must pass, and the final
+# statistics must show a virbr0 module on each rank (else the case tested nothing) that sent
+# nothing. Root only. Ends with `N passed, N failed`; exit non-zero on failure.
+#
+# Environment: JOB_LIMIT=120 (seconds per job).
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$PWD
+JOB_LIMIT=${JOB_LIMIT:-120}
+BRIDGE_ADDR=192.168.122.1/24
+export NC_NET=${NC_NET:-10.77.0}
+NC=${NC:-$("$ROOT/scripts/find-netns-cluster.sh")}
+# run_netns_logdir, manyreq_passed.
+SUITE_DIR=$ROOT/tests/suite
+# shellcheck source=tests/suite/netns_lib.sh
+. "$SUITE_DIR/netns_lib.sh"
+LOGDIR=$(mktemp -d /tmp/usnic-bridges.XXXXXX)
+pass=0
+fail=0
+ok() { echo "PASS $*"; pass=$((pass + 1)); }
+bad() { echo "FAIL $*"; fail=$((fail + 1)); }
+finish() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit $?; }
+
+[ "$(id -u)" -eq 0 ] || { bad "needs root (network namespaces)"; finish; }
+[ -x "$NC" ] || { bad "netns-cluster.sh not found at $NC"; finish; }
+make -s -C tests/mpi >/dev/null 2>&1 || { bad "the MPI programs do not build (make -C tests/mpi)"; finish; }
+
+was_up=0
+ip netns list | grep -qw h1 && was_up=1
+log=$LOGDIR/setup.log
+"$NC" up 2 >"$log" 2>&1 || { bad "the netns cluster does not come up (log: $log)"; finish; }
+# shellcheck disable=SC2317  # run by the trap
+cleanup() {
+    for i in 1 2; do ip -n "h$i" link del virbr0 2>/dev/null; done
+    [ "$was_up" = 1 ] || "$NC" down >/dev/null 2>&1
+}
+trap cleanup EXIT
+for i in 1 2; do
+    if ! { ip -n "h$i" link add virbr0 type veth peer name vnet0 &&
+        ip -n "h$i" addr add "$BRIDGE_ADDR" dev virbr0 &&
+        ip -n "h$i" link set virbr0 up && ip -n "h$i" link set vnet0 up; } >>"$log" 2>&1; then
+        bad "cannot give h$i a virbr0 at $BRIDGE_ADDR (log: $log)"
+        finish
+    fi
+done
+
+out=$LOGDIR/manyreq.out
+LAYOUTS="2:1" TIMEOUT="$JOB_LIMIT" KEEP_CLUSTER=1 USNIC_IF_INCLUDE="" \
+    MPI_ARGS="--mca btl_usnic_stats 3600" \
+    tests/run-netns.sh manyreq >"$out" 2>&1
+rc=$?
+dir=$(run_netns_logdir "$out")
+bridge_stats() { grep -h "stats (final)" "$dir"/*.log | grep " iface=virbr0 "; }
+if [ -z "$dir" ] || [ ! -d "$dir" ]; then
+    bad "tests/run-netns.sh named no log directory (exit $rc; output: $out)"
+elif [ "$rc" -ne 0 ]; then
+    bad "manyreq beside a bridge of one address on both hosts: exit $rc (output: $out, logs: $dir)"
+elif ! manyreq_passed "$out"; then
+    bad "exit 0 but no PASS line from manyreq (output: $out)"
+elif [ "$(bridge_stats | wc -l)" -ne 2 ]; then
+    bad "manyreq passed, but not both ranks had a virbr0 module, so the case tested nothing (logs: $dir)"
+elif bridge_stats | grep -qv " sends=0 "; then
+    bad "a virbr0 module sent datagrams: $(bridge_stats | grep -v ' sends=0 ' | head -1)"
+else
+    ok "manyreq beside virbr0 $BRIDGE_ADDR on both hosts: $(grep -ohE '[0-9]+ messages, [0-9.]+ MiB checked' "$out" | head -1); the virbr0 modules sent nothing"
+fi
+finish
