@@ -68,6 +68,7 @@ pub struct usnic_rs_params_t {
 /// Validated parameters.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Settings {
+    /// At most this many modules: `btl_usnic_max_btls`, its 0 ("all") being `modex::MAX_ENTRIES`.
     pub max_btls: usize,
     pub if_include: Option<String>,
     pub if_exclude: Option<String>,
@@ -194,6 +195,21 @@ fn at_least(name: &str, v: c_int, min: c_int) -> Result<c_int, ParamError> {
     } else {
         Ok(v)
     }
+}
+
+/// 0 (every usable interface, up to the limit) or 1 up to the most modules a process announces
+/// to its peers: a longer list would be refused by every peer's decoder.
+fn max_btls(v: c_int) -> Result<usize, ParamError> {
+    let limit = super::modex::MAX_ENTRIES;
+    let n = at_least("max_btls", v, 0)? as usize;
+    if n > limit {
+        return Err(ParamError::invalid(
+            "max_btls",
+            n,
+            format!("at most {limit} (the modules a process can announce to its peers)"),
+        ));
+    }
+    Ok(if n == 0 { limit } else { n })
 }
 
 /// A fragment size: 0 for automatic, else at least 1024 and at most what a receiver reassembles
@@ -345,7 +361,7 @@ impl Settings {
             ));
         }
         let settings = Settings {
-            max_btls: at_least("max_btls", p.max_btls, 0)? as usize,
+            max_btls: max_btls(p.max_btls)?,
             if_include,
             if_exclude,
             stats_interval_s: at_least("stats", p.stats, 0)? as u32,
@@ -549,6 +565,8 @@ pub(crate) mod tests {
         assert_eq!(s.rndv_eager_limit, DEFAULT_RNDV_EAGER_LIMIT);
         assert_eq!(s.sd_num, None);
         assert_eq!(s.peer_timeout_ms, 20000);
+        // Every interface, but never more modules than a peer's decoder takes.
+        assert_eq!(s.max_btls, super::super::modex::MAX_ENTRIES);
         let c = s.engine_config(9000, 768);
         assert_eq!(c.data_mtu, 9000);
         assert_eq!(c.rto_initial, Duration::from_micros(5000));
@@ -632,7 +650,7 @@ pub(crate) mod tests {
     #[test]
     fn bad_values_name_the_parameter() {
         type Case = (&'static str, fn(&mut usnic_rs_params_t));
-        let cases: [Case; 12] = [
+        let cases: [Case; 13] = [
             ("btl_usnic_sd_num", |p| p.sd_num = -5),
             ("btl_usnic_lent_hold", |p| p.lent_hold = -2),
             ("btl_usnic_lent_copy_limit", |p| p.lent_copy_limit = -1),
@@ -642,6 +660,7 @@ pub(crate) mod tests {
             ("btl_usnic_priority_limit", |p| p.priority_limit = 10),
             ("btl_usnic_peer_timeout", |p| p.peer_timeout = 1),
             ("btl_usnic_max_btls", |p| p.max_btls = -1),
+            ("btl_usnic_max_btls", |p| p.max_btls = 65),
             ("btl_usnic_max_send_size", |p| p.max_send_size = 100),
             ("btl_usnic_max_send_size", |p| {
                 p.max_send_size = (1 << 26) + 1
