@@ -19,16 +19,14 @@ JOB_LIMIT=${JOB_LIMIT:-120}
 BRIDGE_ADDR=192.168.122.1/24
 export NC_NET=${NC_NET:-10.77.0}
 NC=${NC:-$("$ROOT/scripts/find-netns-cluster.sh")}
-# run_netns_logdir, manyreq_passed.
+# manyreq_on_two_hosts, usnic_final_lines.
 SUITE_DIR=$ROOT/tests/suite
 # shellcheck source=tests/suite/netns_lib.sh
 . "$SUITE_DIR/netns_lib.sh"
 LOGDIR=$(mktemp -d /tmp/usnic-bridges.XXXXXX)
-pass=0
-fail=0
-ok() { echo "PASS $*"; pass=$((pass + 1)); }
-bad() { echo "FAIL $*"; fail=$((fail + 1)); }
-finish() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit $?; }
+# ok, bad, finish.
+# shellcheck source=tests/verdict.sh
+. "$ROOT/tests/verdict.sh"
 
 [ "$(id -u)" -eq 0 ] || { bad "needs root (network namespaces)"; finish; }
 [ -x "$NC" ] || { bad "netns-cluster.sh not found at $NC"; finish; }
@@ -54,20 +52,11 @@ for i in 1 2; do
 done
 
 out=$LOGDIR/manyreq.out
-LAYOUTS="2:1" TIMEOUT="$JOB_LIMIT" KEEP_CLUSTER=1 USNIC_IF_INCLUDE="" \
-    MPI_ARGS="--mca btl_usnic_stats 3600" \
-    tests/run-netns.sh manyreq >"$out" 2>&1
-rc=$?
-dir=$(run_netns_logdir "$out")
-bridge_stats() { grep -h "stats (final)" "$dir"/*.log | grep " iface=virbr0 "; }
-if [ -z "$dir" ] || [ ! -d "$dir" ]; then
-    bad "tests/run-netns.sh named no log directory (exit $rc; output: $out)"
-elif [ "$rc" -ne 0 ]; then
-    bad "manyreq beside a bridge of one address on both hosts: exit $rc (output: $out, logs: $dir)"
-elif ! manyreq_passed "$out"; then
-    bad "exit 0 but no PASS line from manyreq (output: $out)"
+bridge_stats() { usnic_final_lines "$CASE_DIR"/*.log | grep " iface=virbr0 "; }
+if ! manyreq_on_two_hosts "$out" USNIC_IF_INCLUDE="" MPI_ARGS="--mca btl_usnic_stats 3600"; then
+    bad "manyreq beside a bridge of one address on both hosts: $WHY"
 elif [ "$(bridge_stats | wc -l)" -ne 2 ]; then
-    bad "manyreq passed, but not both ranks had a virbr0 module, so the case tested nothing (logs: $dir)"
+    bad "manyreq passed, but not both ranks had a virbr0 module, so the case tested nothing (logs: $CASE_DIR)"
 elif bridge_stats | grep -qv " sends=0 "; then
     bad "a virbr0 module sent datagrams: $(bridge_stats | grep -v ' sends=0 ' | head -1)"
 else

@@ -15,11 +15,9 @@ SLACK=${SLACK:-20}
 JOB_LIMIT=180
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 LOGDIR=$(mktemp -d /tmp/usnic-deadpeer.XXXXXX)
-pass=0
-fail=0
-ok() { echo "PASS $*"; pass=$((pass + 1)); }
-bad() { echo "FAIL $*"; fail=$((fail + 1)); }
-finish() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit $?; }
+# ok, bad, finish.
+# shellcheck source=tests/verdict.sh
+. "$ROOT/tests/verdict.sh"
 
 make -s -C tests/mpi >/dev/null 2>&1 || { bad "the MPI programs do not build (make -C tests/mpi)"; finish; }
 PROG=$ROOT/tests/mpi/bin/pingpong

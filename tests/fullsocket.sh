@@ -25,11 +25,9 @@ JOB_LIMIT=${JOB_LIMIT:-180}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 LOGDIR=$(mktemp -d /tmp/usnic-fullsocket.XXXXXX)
 STATS=(--mca btl_usnic_stats 3600 --mca btl_usnic_sd_num 16)
-pass=0
-fail=0
-ok() { echo "PASS $*"; pass=$((pass + 1)); }
-bad() { echo "FAIL $*"; fail=$((fail + 1)); }
-finish() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit $?; }
+# ok, bad, finish.
+# shellcheck source=tests/verdict.sh
+. "$ROOT/tests/verdict.sh"
 
 # usnic_final_lines, run_netns_logdir, manyreq_passed.
 SUITE_DIR=$ROOT/tests/suite

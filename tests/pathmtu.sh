@@ -21,17 +21,15 @@ ROUTE_MTU=${ROUTE_MTU:-1200}
 JOB_LIMIT=${JOB_LIMIT:-180}
 export NC_NET=${NC_NET:-10.77.0}
 NC=${NC:-$("$ROOT/scripts/find-netns-cluster.sh")}
-# run_netns_logdir, manyreq_passed.
+# manyreq_on_two_hosts.
 SUITE_DIR=$ROOT/tests/suite
 # shellcheck source=tests/suite/netns_lib.sh
 . "$SUITE_DIR/netns_lib.sh"
 LOGDIR=$(mktemp -d /tmp/usnic-pathmtu.XXXXXX)
 WARNING='takes no run of 1472-byte datagrams'
-pass=0
-fail=0
-ok() { echo "PASS $*"; pass=$((pass + 1)); }
-bad() { echo "FAIL $*"; fail=$((fail + 1)); }
-finish() { echo "$pass passed, $fail failed"; [ "$fail" -eq 0 ]; exit $?; }
+# ok, bad, finish.
+# shellcheck source=tests/verdict.sh
+. "$ROOT/tests/verdict.sh"
 
 [ "$(id -u)" -eq 0 ] || { bad "needs root (network namespaces)"; finish; }
 [ -x "$NC" ] || { bad "netns-cluster.sh not found at $NC"; finish; }
@@ -63,20 +61,12 @@ for i in 1 2; do
 done
 
 out=$LOGDIR/manyreq.out
-LAYOUTS="2:1" TIMEOUT="$JOB_LIMIT" KEEP_CLUSTER=1 \
-    MPI_ARGS="--mca btl_usnic_stats 3600 --mca btl_usnic_connectivity_check 0" \
-    tests/run-netns.sh manyreq >"$out" 2>&1
-rc=$?
-dir=$(run_netns_logdir "$out")
-if [ -z "$dir" ] || [ ! -d "$dir" ]; then
-    bad "tests/run-netns.sh named no log directory (exit $rc; output: $out)"
-elif [ "$rc" -ne 0 ]; then
-    bad "manyreq across a route of MTU $ROUTE_MTU: exit $rc (output: $out, logs: $dir)"
-elif ! manyreq_passed "$out"; then
-    bad "exit 0 but no PASS line from manyreq (output: $out)"
-elif ! grep -qh "$WARNING" "$dir"/*.log; then
-    bad "manyreq passed, but no '$WARNING' warning: no batch was refused, so the case tested nothing (logs: $dir)"
+if ! manyreq_on_two_hosts "$out" \
+    MPI_ARGS="--mca btl_usnic_stats 3600 --mca btl_usnic_connectivity_check 0"; then
+    bad "manyreq across a route of MTU $ROUTE_MTU: $WHY"
+elif ! grep -qh "$WARNING" "$CASE_DIR"/*.log; then
+    bad "manyreq passed, but no '$WARNING' warning: no batch was refused, so the case tested nothing (logs: $CASE_DIR)"
 else
-    ok "manyreq across a route of MTU $ROUTE_MTU: $(grep -ohE '[0-9]+ messages, [0-9.]+ MiB checked' "$out" | head -1); warned $(cat "$dir"/*.log | grep -c "$WARNING") time(s)"
+    ok "manyreq across a route of MTU $ROUTE_MTU: $(grep -ohE '[0-9]+ messages, [0-9.]+ MiB checked' "$out" | head -1); warned $(cat "$CASE_DIR"/*.log | grep -c "$WARNING") time(s)"
 fi
 finish

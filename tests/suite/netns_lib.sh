@@ -82,6 +82,27 @@ manyreq_passed() {
     grep -q 'PASS manyreq\|manyreq *[0-9]* *PASS' "$1"
 }
 
+# manyreq_on_two_hosts OUT [VAR=VALUE...]: tests/run-netns.sh manyreq with one rank on each of
+# h1 and h2 (left up), within $JOB_LIMIT seconds, its output in OUT and the given variables in its
+# environment. Sets CASE_DIR to the job's log directory; returns 1 with WHY set when the job did
+# not pass.
+manyreq_on_two_hosts() {
+    local out=$1 rc
+    shift
+    env LAYOUTS="2:1" TIMEOUT="$JOB_LIMIT" KEEP_CLUSTER=1 "$@" tests/run-netns.sh manyreq >"$out" 2>&1
+    rc=$?
+    CASE_DIR=$(run_netns_logdir "$out")
+    WHY=""
+    if [ -z "$CASE_DIR" ] || [ ! -d "$CASE_DIR" ]; then
+        WHY="tests/run-netns.sh named no log directory (exit $rc; output: $out)"
+    elif [ "$rc" -ne 0 ]; then
+        WHY="exit $rc (output: $out, logs: $CASE_DIR)"
+    elif ! manyreq_passed "$out"; then
+        WHY="exit 0 but no PASS line from manyreq (output: $out)"
+    fi
+    [ -z "$WHY" ]
+}
+
 # The final statistics lines of the usnic BTL found in the given logs (btl_usnic_stats > 0).
 usnic_final_lines() {
     grep -hE 'btl:usnic: stats \(final\) ' "$@" 2>/dev/null
