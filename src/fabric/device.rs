@@ -154,21 +154,99 @@ pub(crate) fn data_mtu(
     mtu
 }
 
-fn keep(cfg: &FabricConfig, name: &str, ipv4: Ipv4Addr, loopback: bool) -> bool {
-    let matches = |list: &[IfFilter]| list.iter().any(|f| f.matches(name, ipv4));
+/// A provider entry's IPv4 address, placed among the host's interfaces.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Placed {
+    /// The interface (`eth0`). An address label (`eth0:1`) is folded into the interface it
+    /// belongs to: one NIC is one device however many labels its addresses carry.
+    pub(crate) name: String,
+    /// The name getifaddrs gives the address (`eth0:1` or `eth0`), else the provider's domain
+    /// name; if_include/if_exclude names match it as well as `name`.
+    pub(crate) label: String,
+    pub(crate) ipv4: Ipv4Addr,
+    pub(crate) netmask: Ipv4Addr,
+    pub(crate) loopback: bool,
+    /// Position of the address in getifaddrs' list, `usize::MAX` when it is not there.
+    rank: usize,
+}
+
+/// The interface an address label belongs to: `eth0:1` -> `eth0`.
+fn interface_of(label: &str) -> &str {
+    label.split(':').next().unwrap_or(label)
+}
+
+/// Where the address `ipv4` of a provider entry whose domain is `domain_name` sits among
+/// `ifaces` (getifaddrs, in its order).
+pub(crate) fn place(domain_name: &str, ipv4: Ipv4Addr, ifaces: &[Iface]) -> Placed {
+    // The udp provider names the domain after the interface; trust getifaddrs first.
+    let found = ifaces
+        .iter()
+        .enumerate()
+        .find(|(_, i)| i.ipv4 == ipv4 && i.name == domain_name)
+        .or_else(|| ifaces.iter().enumerate().find(|(_, i)| i.ipv4 == ipv4));
+    match found {
+        Some((rank, i)) => Placed {
+            name: interface_of(&i.name).to_string(),
+            label: i.name.clone(),
+            ipv4,
+            netmask: i.netmask,
+            loopback: i.loopback,
+            rank,
+        },
+        None => Placed {
+            name: interface_of(domain_name).to_string(),
+            label: domain_name.to_string(),
+            ipv4,
+            netmask: Ipv4Addr::BROADCAST,
+            loopback: ipv4.is_loopback(),
+            rank: usize::MAX,
+        },
+    }
+}
+
+fn keep(cfg: &FabricConfig, a: &Placed) -> bool {
+    let matches = |list: &[IfFilter]| {
+        list.iter()
+            .any(|f| f.matches(&a.name, a.ipv4) || f.matches(&a.label, a.ipv4))
+    };
     if !cfg.if_include.is_empty() {
         // An explicit include wins over the loopback rule.
         return matches(&cfg.if_include);
     }
-    if loopback && !cfg.include_loopback {
+    if a.loopback && !cfg.include_loopback {
         return false;
     }
     !matches(&cfg.if_exclude)
 }
 
-/// FI_EP_DGRAM devices of `cfg.provider`, IPv4 only, one per interface (its first IPv4
-/// entry), after include/exclude filtering, at most `cfg.max_modules` (0 = all), in the
-/// provider's order. Loopback interfaces are kept only when `include_loopback` is set or
+/// The addresses (indexes into `addrs`, the provider's entries in its order) that become
+/// devices: those the filters keep, one per interface, at most `cfg.max_modules` (0 = all),
+/// in the provider's order. An interface's address is the one getifaddrs lists first among
+/// those kept: the kernel lists an interface's primary address (its source address of choice)
+/// before the others, whereas the udp provider lists them newest first, which put modules on
+/// the latest secondary address.
+pub(crate) fn choose(cfg: &FabricConfig, addrs: &[Placed]) -> Vec<usize> {
+    let mut chosen: Vec<usize> = Vec::new();
+    for (i, a) in addrs.iter().enumerate() {
+        if !keep(cfg, a) {
+            continue;
+        }
+        match chosen.iter_mut().find(|c| addrs[**c].name == a.name) {
+            Some(c) if a.rank < addrs[*c].rank => *c = i,
+            Some(_) => {}
+            None => chosen.push(i),
+        }
+    }
+    chosen.sort_unstable();
+    if cfg.max_modules > 0 {
+        chosen.truncate(cfg.max_modules);
+    }
+    chosen
+}
+
+/// FI_EP_DGRAM devices of `cfg.provider`, IPv4 only, one per interface (address labels such
+/// as `eth0:1` folded into `eth0`; on its primary address, see [`choose`]), after
+/// include/exclude filtering, at most `cfg.max_modules` (0 = all), in the provider's order. Loopback interfaces are kept only when `include_loopback` is set or
 /// `if_include` matches them. No device at all is `Ok(vec![])`; setting both `if_include`
 /// and `if_exclude` is an error.
 pub fn discover(cfg: &FabricConfig) -> Result<Vec<DeviceInfo>, FabricError> {
@@ -180,48 +258,177 @@ pub fn discover(cfg: &FabricConfig) -> Result<Vec<DeviceInfo>, FabricError> {
     }
     let list = InfoList::datagram(&cfg.provider)?;
     let ifaces = interfaces();
-    let mut out: Vec<DeviceInfo> = Vec::new();
+    let mut entries: Vec<&sys::fi_info> = Vec::new();
+    let mut addrs: Vec<Placed> = Vec::new();
     for info in list.iter() {
         let Some(ipv4) = src_ipv4(info) else { continue };
         // SAFETY: fi_getinfo fills every attribute pointer of the entries it returns.
-        let (ep, dom, fab) = unsafe { (&*info.ep_attr, &*info.domain_attr, &*info.fabric_attr) };
+        let (ep, dom) = unsafe { (&*info.ep_attr, &*info.domain_attr) };
         if ep.type_ != sys::FI_EP_DGRAM {
             continue;
         }
-        let domain_name = cstr(dom.name);
-        // The udp provider names the domain after the interface; trust getifaddrs first.
-        let iface = ifaces
-            .iter()
-            .find(|i| i.ipv4 == ipv4 && i.name == domain_name)
-            .or_else(|| ifaces.iter().find(|i| i.ipv4 == ipv4));
-        let (name, netmask, loopback) = match iface {
-            Some(i) => (i.name.clone(), i.netmask, i.loopback),
-            None => (domain_name, Ipv4Addr::BROADCAST, ipv4.is_loopback()),
-        };
-        if out.iter().any(|d| d.name == name) || !keep(cfg, &name, ipv4, loopback) {
-            continue;
-        }
+        entries.push(info);
+        addrs.push(place(&cstr(dom.name), ipv4, &ifaces));
+    }
+    let mut out: Vec<DeviceInfo> = Vec::new();
+    for i in choose(cfg, &addrs) {
+        let (info, a) = (entries[i], &addrs[i]);
+        // SAFETY: as above.
+        let (ep, fab) = unsafe { (&*info.ep_attr, &*info.fabric_attr) };
         let provider = cstr(fab.prov_name);
-        let if_mtu = sysfs_number(&name, "mtu").filter(|m| *m > 0).unwrap_or(0) as usize;
-        let link_speed_mbps = sysfs_number(&name, "speed")
+        let if_mtu = sysfs_number(&a.name, "mtu").filter(|m| *m > 0).unwrap_or(0) as usize;
+        let link_speed_mbps = sysfs_number(&a.name, "speed")
             .filter(|s| *s > 0 && *s <= u32::MAX as i64)
             .unwrap_or(0) as u32;
         out.push(DeviceInfo {
             mtu: data_mtu(&provider, if_mtu, ep.max_msg_size, cfg.mtu_cap),
-            name,
-            ipv4,
-            netmask,
+            name: a.name.clone(),
+            ipv4: a.ipv4,
+            netmask: a.netmask,
             link_speed_mbps,
             if_mtu,
             provider_max_msg_size: ep.max_msg_size,
             provider,
             protocol: ep.protocol,
-            is_loopback: loopback,
+            is_loopback: a.loopback,
             info: OwnedInfo::dup(info)?,
         });
-        if cfg.max_modules > 0 && out.len() == cfg.max_modules {
-            break;
-        }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fabric::iflist::parse_if_list;
+
+    /// The devices `discover` makes of provider entries (domain name, address, in the
+    /// provider's order) on a host whose getifaddrs lists `host` (in its order).
+    fn chosen(
+        cfg: &FabricConfig,
+        provider: &[(&str, [u8; 4])],
+        host: &[(&str, [u8; 4])],
+    ) -> Vec<(String, Ipv4Addr)> {
+        let ifaces: Vec<Iface> = host
+            .iter()
+            .map(|&(name, ip)| Iface {
+                name: name.to_string(),
+                ipv4: ip.into(),
+                netmask: Ipv4Addr::new(255, 255, 255, 0),
+                loopback: name == "lo",
+            })
+            .collect();
+        let addrs: Vec<Placed> = provider
+            .iter()
+            .map(|&(dom, ip)| place(dom, ip.into(), &ifaces))
+            .collect();
+        choose(cfg, &addrs)
+            .into_iter()
+            .map(|i| (addrs[i].name.clone(), addrs[i].ipv4))
+            .collect()
+    }
+
+    fn dev(name: &str, ip: [u8; 4]) -> (String, Ipv4Addr) {
+        (name.to_string(), ip.into())
+    }
+
+    fn with_lo() -> FabricConfig {
+        FabricConfig {
+            include_loopback: true,
+            ..Default::default()
+        }
+    }
+
+    // `ip addr add` 10.9.9.1, 10.7.7.1, then 10.6.6.1 with label va:1, on one veth: the udp
+    // provider lists them newest first (as fi_info showed), getifaddrs in the kernel's order.
+    const PROVIDER: [(&str, [u8; 4]); 4] = [
+        ("va:1", [10, 6, 6, 1]),
+        ("va", [10, 7, 7, 1]),
+        ("va", [10, 9, 9, 1]),
+        ("lo", [127, 0, 0, 1]),
+    ];
+    const HOST: [(&str, [u8; 4]); 4] = [
+        ("lo", [127, 0, 0, 1]),
+        ("va", [10, 9, 9, 1]),
+        ("va", [10, 7, 7, 1]),
+        ("va:1", [10, 6, 6, 1]),
+    ];
+
+    #[test]
+    fn one_device_per_nic_on_its_primary_address() {
+        assert_eq!(
+            chosen(&with_lo(), &PROVIDER, &HOST),
+            vec![dev("va", [10, 9, 9, 1]), dev("lo", [127, 0, 0, 1])]
+        );
+        // A secondary address in the primary's subnet, added last: listed first by the provider.
+        assert_eq!(
+            chosen(
+                &with_lo(),
+                &[("eth0", [10, 1, 0, 9]), ("eth0", [10, 1, 0, 1])],
+                &[("eth0", [10, 1, 0, 1]), ("eth0", [10, 1, 0, 9])]
+            ),
+            vec![dev("eth0", [10, 1, 0, 1])]
+        );
+    }
+
+    #[test]
+    fn a_labelled_address_is_its_interface() {
+        // The only address of the NIC carries a label: the device is the NIC.
+        assert_eq!(
+            chosen(
+                &with_lo(),
+                &[("eth1:5", [10, 2, 0, 1])],
+                &[("eth1:5", [10, 2, 0, 1])]
+            ),
+            vec![dev("eth1", [10, 2, 0, 1])]
+        );
+        let cfg = |inc: &str, exc: &str| FabricConfig {
+            if_include: parse_if_list(inc).unwrap(),
+            if_exclude: parse_if_list(exc).unwrap(),
+            ..with_lo()
+        };
+        // Asking for the label, or for a subnet, asks for that address.
+        assert_eq!(
+            chosen(&cfg("va:1", ""), &PROVIDER, &HOST),
+            vec![dev("va", [10, 6, 6, 1])]
+        );
+        assert_eq!(
+            chosen(&cfg("10.7.7.0/24", ""), &PROVIDER, &HOST),
+            vec![dev("va", [10, 7, 7, 1])]
+        );
+        // The interface's name covers its labelled addresses too.
+        assert_eq!(
+            chosen(&cfg("va", ""), &PROVIDER, &HOST),
+            vec![dev("va", [10, 9, 9, 1])]
+        );
+        assert_eq!(
+            chosen(&cfg("", "va"), &PROVIDER, &HOST),
+            vec![dev("lo", [127, 0, 0, 1])]
+        );
+        // Excluding the primary's subnet leaves the next address in getifaddrs' order.
+        assert_eq!(
+            chosen(&cfg("", "10.9.9.0/24,lo"), &PROVIDER, &HOST),
+            vec![dev("va", [10, 7, 7, 1])]
+        );
+    }
+
+    #[test]
+    fn addresses_getifaddrs_does_not_list_keep_the_domain_name() {
+        assert_eq!(
+            chosen(
+                &with_lo(),
+                &[("usnic_0", [10, 3, 0, 2]), ("usnic_0", [10, 3, 0, 1])],
+                &[]
+            ),
+            vec![dev("usnic_0", [10, 3, 0, 2])]
+        );
+        let one = FabricConfig {
+            max_modules: 1,
+            ..with_lo()
+        };
+        assert_eq!(
+            chosen(&one, &PROVIDER, &HOST),
+            vec![dev("va", [10, 9, 9, 1])]
+        );
+    }
 }

@@ -6,8 +6,9 @@
 //!   syntax. A CIDR matches every interface whose address lies inside it (the C original
 //!   also required the same prefix length; every filter that matched there still matches).
 //! - [`discover`] → [`DeviceInfo`]: the provider's FI_EP_DGRAM entries, IPv4
-//!   (`FI_SOCKADDR_IN`) only, one per interface, filtered; name/netmask from getifaddrs, MTU
-//!   and link speed from `/sys/class/net/<if>/{mtu,speed}` (speed 0 = unknown, as on this VM).
+//!   (`FI_SOCKADDR_IN`) only, one per interface on its primary address (labels folded),
+//!   filtered; name/netmask from getifaddrs, MTU and link speed from
+//!   `/sys/class/net/<if>/{mtu,speed}` (speed 0 = unknown, as on this VM).
 //! - [`Module`]: fabric, domain, one AV (`FI_AV_TABLE`, synchronous insert) and two channels
 //!   `[Priority, Data]` (`crate::proto::Channel` indexes them), each an FI_EP_DGRAM endpoint
 //!   bound to the device address with its own CQ (`FI_CQ_FORMAT_MSG`, `FI_WAIT_NONE`), `rd`
