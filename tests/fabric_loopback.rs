@@ -984,3 +984,49 @@ fn a_run_that_finds_too_few_free_buffers_loses_its_tail_and_counts_it() {
         assert_eq!(t.b.rx_bytes(Channel::Data, buf, 1472), &run[i][..]);
     }
 }
+
+/// Set in the process `unmappable_buffers_are_an_error_not_an_abort` starts to run itself.
+const UNMAPPABLE_CHILD: &str = "USNIC_TEST_UNMAPPABLE_CHILD";
+
+/// Buffers that cannot be mapped (here: beyond the address-space limit, RLIMIT_AS) make
+/// `Module::open` fail with an error naming mmap and ENOMEM, which the plugin shows as an
+/// exhausted resource and skips the interface; they must not abort the process. The limit would
+/// starve every other test, so the test runs itself again in a process of its own.
+#[test]
+fn unmappable_buffers_are_an_error_not_an_abort() {
+    let name = "unmappable_buffers_are_an_error_not_an_abort";
+    if std::env::var_os(UNMAPPABLE_CHILD).is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--test-threads=1", "--nocapture"])
+            .env(UNMAPPABLE_CHILD, "1")
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "child {}:\n{text}", out.status);
+        assert!(text.contains("1 passed"), "the child ran no test:\n{text}");
+        return;
+    }
+    let cfg = lo_cfg();
+    let dev = lo(&cfg);
+    let vm_kib: u64 = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmSize:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmSize in /proc/self/status");
+    // 32 MiB to spare: the data channel's send buffers on lo alone take 64 MiB (1024 x 64 KiB).
+    let limit = libc::rlimit {
+        rlim_cur: (vm_kib << 10) + (32 << 20),
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    // SAFETY: setrlimit reads the struct; this process exists only for this test.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &limit) }, 0);
+    let r = Module::open(&dev, &cfg);
+    let e = r.err().expect("opened within the address-space limit");
+    assert_eq!((e.call, e.code), ("mmap", libc::ENOMEM), "{e}");
+    assert!(e.message.contains("bytes of buffers"), "{e}");
+}

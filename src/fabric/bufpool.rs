@@ -4,6 +4,8 @@
 //! The memory comes from an anonymous `mmap`: with 64 KiB datagrams on `lo` a data channel
 //! has 64 MiB of receive buffers, and the kernel only backs the pages a datagram touches
 //! (an aligned `alloc_zeroed` would memset, and so commit, all of it up front).
+use super::error::{last_errno, strerror, FabricError};
+use super::sys;
 use std::ptr::NonNull;
 
 /// Buffers start on cache-line boundaries (the original rounds to the cache line too).
@@ -20,8 +22,10 @@ pub(crate) struct Slab {
 unsafe impl Send for Slab {}
 
 impl Slab {
-    /// `count` buffers of at least `size` bytes each.
-    pub(crate) fn new(count: usize, size: usize) -> Slab {
+    /// `count` buffers of at least `size` bytes each. Memory that cannot be mapped (the
+    /// address-space limit, `ulimit -v`, or the host's memory) is a `-FI_ENOMEM` error of
+    /// `mmap`, so the caller can give up on the interface rather than the process abort.
+    pub(crate) fn new(count: usize, size: usize) -> Result<Slab, FabricError> {
         let stride = size.max(1).div_ceil(CACHE_LINE) * CACHE_LINE;
         let bytes = stride
             .checked_mul(count.max(1))
@@ -38,17 +42,23 @@ impl Slab {
             )
         };
         if p == libc::MAP_FAILED {
-            let layout =
-                std::alloc::Layout::from_size_align(bytes, 4096).expect("buffer pool layout");
-            std::alloc::handle_alloc_error(layout);
+            let errno = last_errno();
+            return Err(FabricError {
+                call: "mmap",
+                code: sys::FI_ENOMEM as i32,
+                message: format!(
+                    "cannot map {bytes} bytes of buffers ({count} of {stride} bytes): {}",
+                    strerror(errno)
+                ),
+            });
         }
         let ptr = NonNull::new(p.cast()).expect("mmap returned NULL");
-        Slab {
+        Ok(Slab {
             ptr,
             bytes,
             stride,
             count,
-        }
+        })
     }
 
     /// Start of the whole allocation (for memory registration).
@@ -93,5 +103,24 @@ impl Drop for Slab {
         // SAFETY: mapped in `new` with this length, unmapped once; nothing refers to it any
         // more (the owning channel closes its endpoint and registrations first).
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.bytes) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mapping_the_address_space_cannot_hold_is_an_error() {
+        // 2^60 bytes: more than any x86-64 process can map, whatever the limits.
+        let e = Slab::new(1 << 40, 1 << 20)
+            .err()
+            .expect("mapped 2^60 bytes?");
+        assert_eq!((e.call, e.code), ("mmap", libc::ENOMEM), "{e}");
+        let s = Slab::new(4, 100).unwrap();
+        assert_eq!(
+            (s.bytes(), s.at(1) as usize - s.base() as usize),
+            (512, 128)
+        );
     }
 }

@@ -80,6 +80,7 @@ pub fn exhausted_resource(call: &str, code: i32) -> Option<&'static str> {
         "fi_mr_reg" => "registered memory (locked-memory limit)",
         "fi_recv" | "fi_recvmsg" => "receive buffers (btl_usnic_rd_num)",
         "fi_fabric" | "fi_domain" => "fabric/domain",
+        "mmap" => "buffer memory (btl_usnic_sd_num / btl_usnic_rd_num; \"ulimit -v\")",
         _ => "memory or queue space",
     })
 }
@@ -97,6 +98,10 @@ mod tests {
         assert_eq!(
             exhausted_resource("fi_mr_reg", libc::EAGAIN),
             Some("registered memory (locked-memory limit)")
+        );
+        assert_eq!(
+            exhausted_resource("mmap", libc::ENOMEM),
+            Some("buffer memory (btl_usnic_sd_num / btl_usnic_rd_num; \"ulimit -v\")")
         );
         assert_eq!(exhausted_resource("fi_cq_open", libc::EINVAL), None);
         assert_eq!(exhausted_resource("fi_getname", libc::ENOENT), None);

@@ -120,8 +120,8 @@ impl ChannelRes {
 
         // Receive buffers get one spare byte: a datagram longer than the MTU fills it, which is
         // how an oversized (and, by the provider, silently truncated) datagram is detected.
-        let rx = Slab::new(sizes.rd, prefix + sizes.mtu + 1);
-        let tx = Slab::new(sizes.sd, prefix + sizes.mtu);
+        let rx = Slab::new(sizes.rd, prefix + sizes.mtu + 1)?;
+        let tx = Slab::new(sizes.sd, prefix + sizes.mtu)?;
         let mut mrs = Vec::new();
         let (mut rx_desc, mut tx_desc) = (std::ptr::null_mut(), std::ptr::null_mut());
         if need_mr {
