@@ -1030,3 +1030,23 @@ fn unmappable_buffers_are_an_error_not_an_abort() {
     assert_eq!((e.call, e.code), ("mmap", libc::ENOMEM), "{e}");
     assert!(e.message.contains("bytes of buffers"), "{e}");
 }
+
+/// A provider that advertises an unbounded `max_msg_size` (`sockets`: 2^64 - 4097 for
+/// FI_EP_DGRAM) gets datagrams of at most the largest UDP payload, and its module opens.
+#[test]
+fn an_unbounded_provider_message_size_is_capped() {
+    let cfg = FabricConfig {
+        provider: "sockets".into(),
+        ..lo_cfg()
+    };
+    let Some(dev) = discover(&cfg).unwrap().into_iter().next() else {
+        panic!("libfabric's sockets provider lists no lo here");
+    };
+    assert!(dev.provider_max_msg_size > u32::MAX as usize, "{dev:?}");
+    assert_eq!(dev.mtu, usnic_rs::fabric::MAX_UDP_PAYLOAD, "{dev:?}");
+    let m = Module::open(&dev, &cfg).unwrap();
+    assert_eq!(
+        m.channel_mtu(Channel::Data),
+        usnic_rs::fabric::MAX_UDP_PAYLOAD
+    );
+}

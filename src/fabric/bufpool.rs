@@ -26,10 +26,17 @@ impl Slab {
     /// address-space limit, `ulimit -v`, or the host's memory) is a `-FI_ENOMEM` error of
     /// `mmap`, so the caller can give up on the interface rather than the process abort.
     pub(crate) fn new(count: usize, size: usize) -> Result<Slab, FabricError> {
-        let stride = size.max(1).div_ceil(CACHE_LINE) * CACHE_LINE;
-        let bytes = stride
-            .checked_mul(count.max(1))
-            .expect("buffer pool size overflows");
+        let Some((stride, bytes)) = size
+            .max(1)
+            .checked_next_multiple_of(CACHE_LINE)
+            .and_then(|stride| Some((stride, stride.checked_mul(count.max(1))?)))
+        else {
+            return Err(FabricError {
+                call: "mmap",
+                code: sys::FI_ENOMEM as i32,
+                message: format!("{count} buffers of {size} bytes exceed the address space"),
+            });
+        };
         // SAFETY: a fresh private anonymous mapping; no existing memory is affected.
         let p = unsafe {
             libc::mmap(
@@ -117,6 +124,10 @@ mod tests {
             .err()
             .expect("mapped 2^60 bytes?");
         assert_eq!((e.call, e.code), ("mmap", libc::ENOMEM), "{e}");
+        for (count, size) in [(2, usize::MAX), (usize::MAX, 128)] {
+            let e = Slab::new(count, size).err().expect("size overflowed");
+            assert_eq!((e.call, e.code), ("mmap", libc::ENOMEM), "{e}");
+        }
         let s = Slab::new(4, 100).unwrap();
         assert_eq!(
             (s.bytes(), s.at(1) as usize - s.base() as usize),

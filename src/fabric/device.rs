@@ -8,8 +8,11 @@ use std::net::Ipv4Addr;
 
 /// IPv4 + UDP header bytes: a datagram of `mtu - 28` payload bytes fills one IPv4 packet.
 pub const IPV4_UDP_HEADERS: usize = 28;
-/// Largest UDP payload over IPv4 (65535 - 20 - 8).
+/// Largest UDP payload over IPv4 (65535 - 20 - 8), and the largest data datagram of any
+/// provider.
 pub const MAX_UDP_PAYLOAD: usize = 65_507;
+// Any data MTU fits the core's 16-bit payload length.
+const _: () = assert!(MAX_UDP_PAYLOAD <= crate::proto::MAX_MTU);
 
 /// One usable interface of the provider: what a module is opened on.
 #[derive(Clone)]
@@ -136,7 +139,10 @@ fn src_ipv4(info: &sys::fi_info) -> Option<Ipv4Addr> {
 
 /// The data-channel datagram size for a device. The `udp` provider hands any length straight
 /// to the kernel socket (measured: up to 65507 bytes; see the module docs), so it follows the
-/// interface MTU; any other provider gets its advertised `max_msg_size`. `mtu_cap` bounds both.
+/// interface MTU; any other provider gets its advertised `max_msg_size`. Both are at most
+/// `MAX_UDP_PAYLOAD`: the `sockets` provider advertises 2^64 - 4097 bytes for FI_EP_DGRAM
+/// (its datagrams are UDP all the same), which overflowed the buffer pool's size; providers
+/// that are not UDP-based advertise far less (usnic about 9000). `mtu_cap` bounds both.
 pub(crate) fn data_mtu(
     provider: &str,
     if_mtu: usize,
@@ -144,10 +150,11 @@ pub(crate) fn data_mtu(
     mtu_cap: usize,
 ) -> usize {
     let mut mtu = if provider == "udp" && if_mtu > IPV4_UDP_HEADERS {
-        (if_mtu - IPV4_UDP_HEADERS).min(MAX_UDP_PAYLOAD)
+        if_mtu - IPV4_UDP_HEADERS
     } else {
         max_msg_size
-    };
+    }
+    .min(MAX_UDP_PAYLOAD);
     if mtu_cap > 0 {
         mtu = mtu.min(mtu_cap);
     }
@@ -410,6 +417,18 @@ mod tests {
             chosen(&cfg("", "10.9.9.0/24,lo"), &PROVIDER, &HOST),
             vec![dev("va", [10, 7, 7, 1])]
         );
+    }
+
+    #[test]
+    fn data_mtu_is_at_most_the_largest_udp_payload() {
+        // The sockets provider advertises 2^64 - 4097 bytes for FI_EP_DGRAM.
+        let huge = usize::MAX - 4096;
+        assert_eq!(data_mtu("sockets", 0, huge, 0), MAX_UDP_PAYLOAD);
+        assert_eq!(data_mtu("sockets", 1500, huge, 9000), 9000);
+        assert_eq!(data_mtu("usnic", 9000, 8958, 0), 8958);
+        assert_eq!(data_mtu("udp", 65536, 1472, 0), MAX_UDP_PAYLOAD);
+        assert_eq!(data_mtu("udp", 1500, 1472, 0), 1472);
+        assert_eq!(data_mtu("udp", 0, 1472, 0), 1472);
     }
 
     #[test]

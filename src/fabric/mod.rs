@@ -52,8 +52,8 @@
 //!   so losing one fragment loses the datagram.
 //! - Hence the rule ([`DeviceInfo::mtu`]): for `udp`, data-channel datagram = interface MTU
 //!   − 28 (IPv4 + UDP headers), at most 65507 — 65507 on `lo`, 1372 on eth0 here — so no
-//!   datagram is fragmented; any other provider gets its `max_msg_size`. `mtu_cap` bounds
-//!   both. The priority channel uses `priority_mtu` (768) capped by the data MTU.
+//!   datagram is fragmented; any other provider gets its `max_msg_size`, at most 65507
+//!   too (`sockets` advertises 2^64 - 4097). `mtu_cap` bounds both. The priority channel uses `priority_mtu` (768) capped by the data MTU.
 //! - A received datagram longer than the posted buffer is truncated silently by the provider
 //!   (`recvmsg` without `MSG_TRUNC`). Receive buffers therefore have one spare byte; a
 //!   completion longer than the channel MTU is reported as [`Completion::Error`] with

@@ -32,6 +32,17 @@ impl ChannelRes {
         prefix: usize,
         socket_use: SocketUse,
     ) -> Result<ChannelRes, FabricError> {
+        // Receive buffers get one spare byte (see below). A provider's prefix is its own
+        // number: past this check, `prefix + len` with `len <= mtu` cannot overflow anywhere.
+        let rx_size = prefix
+            .checked_add(sizes.mtu)
+            .and_then(|n| n.checked_add(1))
+            .ok_or_else(|| {
+                FabricError::invalid(
+                    "ChannelRes::open",
+                    format!("message prefix {prefix} + MTU {} overflows", sizes.mtu),
+                )
+            })?;
         let mut attr = sys::fi_cq_attr {
             size: sizes.cq,
             format: sys::FI_CQ_FORMAT_MSG,
@@ -113,14 +124,14 @@ impl ChannelRes {
         // run's tail would be lost); otherwise (65507 bytes on `lo`, the priority channel's lone
         // tiny ones, few buffers) one `recv` of our own per datagram, the kernel splitting
         // runs, nothing lost (`gro.rs`).
-        let runs = socket_use.runs && 2 * sizes.mtu <= MAX_RUN_BYTES && sizes.rd >= 2 * READ_BUFS;
+        let runs = socket_use.runs && sizes.mtu <= MAX_RUN_BYTES / 2 && sizes.rd >= 2 * READ_BUFS;
         let gro = raw
             .filter(|_| socket_use.read)
             .and_then(|fd| Gro::new(fd, sizes.mtu, runs));
 
         // Receive buffers get one spare byte: a datagram longer than the MTU fills it, which is
         // how an oversized (and, by the provider, silently truncated) datagram is detected.
-        let rx = Slab::new(sizes.rd, prefix + sizes.mtu + 1)?;
+        let rx = Slab::new(sizes.rd, rx_size)?;
         let tx = Slab::new(sizes.sd, prefix + sizes.mtu)?;
         let mut mrs = Vec::new();
         let (mut rx_desc, mut tx_desc) = (std::ptr::null_mut(), std::ptr::null_mut());

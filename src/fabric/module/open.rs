@@ -3,7 +3,7 @@
 use super::Module;
 use crate::fabric::channel::{ChannelRes, Sizes, SocketUse};
 use crate::fabric::config::FabricConfig;
-use crate::fabric::device::DeviceInfo;
+use crate::fabric::device::{DeviceInfo, MAX_UDP_PAYLOAD};
 use crate::fabric::error::{check, FabricError};
 use crate::fabric::fid::Fid;
 use crate::fabric::sys;
@@ -62,17 +62,15 @@ fn queue_len(what: &str, v: i32, default: usize, cap: usize) -> Result<usize, Fa
 }
 
 fn cq_len(cq_num: i32, sd: usize, rd: usize) -> Result<usize, FabricError> {
+    // sd and rd are capped by the provider's queue sizes, which are its own numbers.
+    let both = sd.saturating_add(rd);
     match cq_num {
-        -1 => Ok(sd + rd),
+        -1 => Ok(both),
         v if v >= 1 => {
-            if (v as usize) < sd + rd {
-                tracing::warn!(
-                    "cq_num = {v} is below sd + rd = {}; using {}",
-                    sd + rd,
-                    sd + rd
-                );
+            if (v as usize) < both {
+                tracing::warn!("cq_num = {v} is below sd + rd = {both}; using {both}");
             }
-            Ok((v as usize).max(sd + rd))
+            Ok((v as usize).max(both))
         }
         v => Err(FabricError::invalid(
             "Module::open",
@@ -112,11 +110,13 @@ impl Module {
         cfg: &FabricConfig,
         emulate: Emulate,
     ) -> Result<Module, FabricError> {
+        // `discover` caps `dev.mtu` already; the fields are public, so once more here.
         let data_mtu = if cfg.mtu_cap > 0 {
             dev.mtu.min(cfg.mtu_cap)
         } else {
             dev.mtu
-        };
+        }
+        .min(MAX_UDP_PAYLOAD);
         if data_mtu == 0 || cfg.priority_mtu == 0 {
             return Err(FabricError::invalid(
                 "Module::open",
