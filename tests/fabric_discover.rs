@@ -131,3 +131,43 @@ fn clock_is_monotonic_nanoseconds() {
     let d = b.0 - a.0;
     assert!(d >= 20_000_000 && d <= real + 5_000_000, "{d} vs {real}");
 }
+
+/// The interface MTU is the one of the caller's network namespace. sysfs shows the namespace it
+/// was mounted in (the host's here), so in a namespace whose `lo` has MTU 1500 discovery saw the
+/// host's 65536 and gave 65507-byte datagrams. A thread of its own moves to a fresh network
+/// namespace (only that thread; it needs root), where `ip` sets its `lo` to 1500.
+#[test]
+fn interface_mtu_is_the_callers_network_namespaces() {
+    std::thread::spawn(|| {
+        // SAFETY: unshare takes no pointers; CLONE_NEWNET moves only the calling thread, and the
+        // namespace goes away with it.
+        let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
+        assert_eq!(
+            rc,
+            0,
+            "unshare(CLONE_NEWNET): {} (this test needs root)",
+            std::io::Error::last_os_error()
+        );
+        // A child forked from this thread starts in its namespace.
+        let ip = std::process::Command::new("ip")
+            .args(["link", "set", "lo", "mtu", "1500", "up"])
+            .status()
+            .expect("ip (iproute2)");
+        assert!(ip.success(), "ip link set lo mtu 1500 up: {ip}");
+        let lo = discover(&FabricConfig {
+            if_include: parse_if_list("lo").unwrap(),
+            ..cfg()
+        })
+        .unwrap()
+        .into_iter()
+        .next()
+        .expect("lo in the new namespace");
+        assert_eq!(
+            (lo.if_mtu, lo.mtu),
+            (1500, 1500 - IPV4_UDP_HEADERS),
+            "{lo:?}"
+        );
+    })
+    .join()
+    .unwrap();
+}

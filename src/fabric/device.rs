@@ -27,7 +27,7 @@ pub struct DeviceInfo {
     pub mtu: usize,
     /// `/sys/class/net/<if>/speed` in Mb/s; 0 when the kernel does not know (virtual NICs).
     pub link_speed_mbps: u32,
-    /// The interface MTU (`/sys/class/net/<if>/mtu`), 0 when unknown.
+    /// The interface MTU (`SIOCGIFMTU`, else `/sys/class/net/<if>/mtu`), 0 when unknown.
     pub if_mtu: usize,
     /// The provider's advertised `ep_attr->max_msg_size`.
     pub provider_max_msg_size: usize,
@@ -119,6 +119,41 @@ fn sysfs_number(ifname: &str, file: &str) -> Option<i64> {
         .trim()
         .parse()
         .ok()
+}
+
+/// The MTU of interface `ifname` (`SIOCGIFMTU`), in the caller's network namespace: sysfs
+/// shows the namespace it was mounted in, which inside a namespace of netns tools is usually
+/// the host's (another interface of the same name, or none). sysfs only when the ioctl fails.
+fn interface_mtu(ifname: &str) -> Option<usize> {
+    let from_ioctl = || {
+        let name = ifname.as_bytes();
+        // SAFETY: ifreq is plain data; all-zero is valid (and NUL-terminates the name).
+        let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+        if name.is_empty() || name.len() >= req.ifr_name.len() || name.contains(&0) {
+            return None;
+        }
+        for (d, &b) in req.ifr_name.iter_mut().zip(name) {
+            *d = b as libc::c_char;
+        }
+        // SAFETY: a new socket, closed below; no memory involved.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: fd is our socket; SIOCGIFMTU reads the NUL-terminated name and writes the
+        // MTU into the ifreq, which lives across the call.
+        let rc = unsafe { libc::ioctl(fd, libc::SIOCGIFMTU, &mut req) };
+        // SAFETY: fd is ours and closed once.
+        unsafe { libc::close(fd) };
+        // SAFETY: after a successful SIOCGIFMTU the union holds ifru_mtu.
+        let mtu = unsafe { req.ifr_ifru.ifru_mtu };
+        (rc == 0 && mtu > 0).then_some(mtu as usize)
+    };
+    from_ioctl().or_else(|| {
+        sysfs_number(ifname, "mtu")
+            .filter(|m| *m > 0)
+            .map(|m| m as usize)
+    })
 }
 
 /// The IPv4 address of an `FI_SOCKADDR_IN` entry's `src_addr`.
@@ -283,7 +318,7 @@ pub fn discover(cfg: &FabricConfig) -> Result<Vec<DeviceInfo>, FabricError> {
         // SAFETY: as above.
         let (ep, fab) = unsafe { (&*info.ep_attr, &*info.fabric_attr) };
         let provider = cstr(fab.prov_name);
-        let if_mtu = sysfs_number(&a.name, "mtu").filter(|m| *m > 0).unwrap_or(0) as usize;
+        let if_mtu = interface_mtu(&a.name).unwrap_or(0);
         let link_speed_mbps = sysfs_number(&a.name, "speed")
             .filter(|s| *s > 0 && *s <= u32::MAX as i64)
             .unwrap_or(0) as u32;

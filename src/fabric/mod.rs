@@ -7,8 +7,9 @@
 //!   also required the same prefix length; every filter that matched there still matches).
 //! - [`discover`] → [`DeviceInfo`]: the provider's FI_EP_DGRAM entries, IPv4
 //!   (`FI_SOCKADDR_IN`) only, one per interface on its primary address (labels folded),
-//!   filtered; name/netmask from getifaddrs, MTU and link speed from
-//!   `/sys/class/net/<if>/{mtu,speed}` (speed 0 = unknown, as on this VM).
+//!   filtered; name/netmask from getifaddrs, MTU from `SIOCGIFMTU` (the caller's network
+//!   namespace; sysfs shows the one it was mounted in), link speed from
+//!   `/sys/class/net/<if>/speed` (0 = unknown, as on this VM).
 //! - [`Module`]: fabric, domain, one AV (`FI_AV_TABLE`, synchronous insert) and two channels
 //!   `[Priority, Data]` (`crate::proto::Channel` indexes them), each an FI_EP_DGRAM endpoint
 //!   bound to the device address with its own CQ (`FI_CQ_FORMAT_MSG`, `FI_WAIT_NONE`), `rd`
