@@ -57,6 +57,26 @@ impl std::fmt::Debug for DeviceInfo {
     }
 }
 
+#[cfg(test)]
+impl DeviceInfo {
+    /// A device named `name` whose data datagrams are `mtu` bytes (for the edges' unit tests).
+    pub(crate) fn for_test(name: &str, mtu: usize) -> DeviceInfo {
+        DeviceInfo {
+            name: name.to_string(),
+            ipv4: Ipv4Addr::LOCALHOST,
+            netmask: Ipv4Addr::new(255, 0, 0, 0),
+            mtu,
+            link_speed_mbps: 0,
+            if_mtu: mtu + IPV4_UDP_HEADERS,
+            provider_max_msg_size: mtu,
+            provider: "udp".to_string(),
+            protocol: 0,
+            is_loopback: false,
+            info: OwnedInfo::alloc().expect("fi_allocinfo"),
+        }
+    }
+}
+
 /// One IPv4 address of a local interface, from getifaddrs.
 pub(crate) struct Iface {
     pub(crate) name: String,

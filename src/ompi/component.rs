@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 
 use crate::fabric::{self, FabricConfig};
-use crate::proto::{Channel, Engine, Instant};
+use crate::proto::{Channel, Engine, Instant, MIN_DATA_MTU};
 
 use super::help::show_help;
 use super::lock::{self, Shared};
@@ -274,7 +274,12 @@ fn usable_devices(
     cfg: &FabricConfig,
     my_host: &str,
 ) -> Result<Vec<fabric::DeviceInfo>, i32> {
-    let devices = match fabric::discover(cfg) {
+    // btl_usnic_max_btls counts the interfaces that are used, so not here.
+    let all = FabricConfig {
+        max_modules: 0,
+        ..cfg.clone()
+    };
+    let devices = match fabric::discover(&all) {
         Ok(d) => d,
         Err(e) => {
             return Err(decline_no_device(
@@ -284,6 +289,34 @@ fn usable_devices(
             ))
         }
     };
+    let (devices, small) = split_by_mtu(devices, cfg.max_modules);
+    for d in &small {
+        let if_mtu = match d.if_mtu {
+            0 => "unknown".to_string(),
+            m => format!("{m} bytes"),
+        };
+        show_help!("interface MTU too small",
+            format!(
+                "interface {} (MTU {if_mtu}) gives {}-byte datagrams, fewer than the {} \
+                 the usnic BTL needs; skipping it",
+                d.name, d.mtu, MIN_DATA_MTU
+            );
+            s(my_host), s(&d.name), s(&if_mtu), i(d.mtu), i(MIN_DATA_MTU));
+    }
+    if devices.is_empty() && !small.is_empty() {
+        let names: Vec<String> = small
+            .iter()
+            .map(|d| format!("{} ({} bytes)", d.name, d.mtu))
+            .collect();
+        return Err(decline_no_device(
+            my_host,
+            &settings.provider,
+            &format!(
+                "the datagrams of every interface are below {MIN_DATA_MTU} bytes: {}",
+                names.join(", ")
+            ),
+        ));
+    }
     if devices.is_empty() && (settings.if_include.is_some() || settings.if_exclude.is_some()) {
         return Err(decline_no_device(
             my_host,
@@ -309,6 +342,22 @@ fn usable_devices(
         ));
     }
     Ok(devices)
+}
+
+/// The devices whose data datagrams hold the largest header with as much payload
+/// (`MIN_DATA_MTU`), at most `max` of them (0 = all), and those whose datagrams are smaller:
+/// the engine refuses such a data MTU, and one small interface must not decline the whole BTL
+/// when others can carry the job.
+fn split_by_mtu(
+    devices: Vec<fabric::DeviceInfo>,
+    max: usize,
+) -> (Vec<fabric::DeviceInfo>, Vec<fabric::DeviceInfo>) {
+    let (mut usable, small): (Vec<_>, Vec<_>) =
+        devices.into_iter().partition(|d| d.mtu >= MIN_DATA_MTU);
+    if max > 0 {
+        usable.truncate(max);
+    }
+    (usable, small)
 }
 
 /// The eager limit of every module: the parameter, else the original's rule (513 KiB with one
@@ -539,6 +588,32 @@ pub fn ifaces(entries: &[ModexEntry]) -> Vec<super::pairing::Iface> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn interfaces_with_too_small_datagrams_are_set_aside() {
+        let devs = |mtus: &[(&str, usize)]| {
+            mtus.iter()
+                .map(|&(name, mtu)| fabric::DeviceInfo::for_test(name, mtu))
+                .collect::<Vec<_>>()
+        };
+        let names = |d: &[fabric::DeviceInfo]| d.iter().map(|d| d.name.clone()).collect::<Vec<_>>();
+        let found = [
+            ("vs", 122),
+            ("lo", 65507),
+            ("eth0", 1472),
+            ("eth1", MIN_DATA_MTU),
+        ];
+        let (usable, small) = split_by_mtu(devs(&found), 0);
+        assert_eq!(names(&usable), ["lo", "eth0", "eth1"]);
+        assert_eq!(names(&small), ["vs"]);
+        // btl_usnic_max_btls counts usable interfaces only.
+        let (usable, small) = split_by_mtu(devs(&found), 2);
+        assert_eq!(names(&usable), ["lo", "eth0"]);
+        assert_eq!(names(&small), ["vs"]);
+        let (usable, small) = split_by_mtu(devs(&[("vs", MIN_DATA_MTU - 1)]), 1);
+        assert!(usable.is_empty());
+        assert_eq!(names(&small), ["vs"]);
+    }
 
     #[test]
     fn module_ids_differ_per_module_and_process() {
