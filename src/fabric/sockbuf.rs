@@ -22,9 +22,11 @@ fn charge(mtu: usize) -> usize {
 /// datagrams, about 66.3 KB each in the buffer), a bidirectional 1 MiB run, where each rank
 /// stops reading while it sends, dropped 8455 datagrams with a send window of 48, 114 with 40
 /// and none with 32 (this rule: 31), and went from 6.9 to 7.7 GB/s; one-way bandwidth was
-/// the same with 32 as with 63.
+/// the same with 32 as with 63. At least one: the kernel admits a datagram into an empty
+/// receive queue whatever its size, and 0 would go into the modex as a receive window of 0,
+/// which the peer reads as "no limit".
 pub(crate) fn datagrams_in(rcvbuf: usize, mtu: usize) -> usize {
-    rcvbuf / 4 / charge(mtu)
+    (rcvbuf / 4 / charge(mtu)).max(1)
 }
 
 /// This process's IPv4 UDP socket bound to exactly `name`, if any.
@@ -104,4 +106,20 @@ pub(crate) fn size_for(fd: RawFd, mtu: usize, sd: usize, rd: usize) -> Option<(u
     let rcv = grow(fd, libc::SO_RCVBUF, rd.saturating_mul(charge(mtu)))?;
     let snd = grow(fd, libc::SO_SNDBUF, sd.saturating_mul(charge(mtu)))?;
     Some((rcv, snd))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_buffer_holds_at_least_one_datagram() {
+        // 8 MiB reported on lo, 65507-byte datagrams: the measured 31.
+        assert_eq!(datagrams_in(8 << 20, 65_507), 31);
+        // The kernel's default buffer (212992 bytes reported) and 64 KiB datagrams: less than
+        // one by the quarter rule, but an empty receive queue always takes one datagram; 0
+        // would go into the modex as rx_window 0, which the peer reads as "no limit".
+        assert_eq!(datagrams_in(212_992, 65_507), 1);
+        assert_eq!(datagrams_in(0, 1472), 1);
+    }
 }
