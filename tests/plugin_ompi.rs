@@ -921,6 +921,14 @@ fn computing_peer_is_not_declared_failed() {
     let o = mpirun(2, &args("1"), &["compute"]);
     let (out, _) = succeeded(&o);
     assert!(out.contains("OK: computing peer survived"), "{out}");
+    // Fragments of 4 datagrams each on lo: 40 of them need 160 receive buffers of the data
+    // channel's 64, so the helper must give each back as it copies the fragment out.
+    let o = mpirun(2, &args("1"), &["compute", "40", "204800"]);
+    let (out, _) = succeeded(&o);
+    assert!(
+        out.contains("OK: computing peer survived, 40 messages of 204800 bytes checked"),
+        "{out}"
+    );
     // Control: without the helper thread the same run is (wrongly) declared failed, which is
     // what the thread exists to prevent.
     let o = mpirun(2, &args("0"), &["compute"]);

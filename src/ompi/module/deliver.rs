@@ -1,8 +1,9 @@
 //! Received fragments handed to the PML's active-message callbacks, with descriptors built on
 //! the stack over the bytes where they lie.
+use crate::fabric::BufId;
 use crate::ompi::log;
 use crate::ompi::sys;
-use crate::proto::Piece;
+use crate::proto::{Channel, Piece};
 
 use super::receive::held_buffer;
 use super::{ModuleCell, ModuleState};
@@ -26,18 +27,39 @@ impl ModuleCell {
             deliver_segments(self.btl.get(), tag, &segs[..pieces.len()]);
             return;
         }
-        let mut whole = self.state.borrow_mut().engine.spare_buffer(len);
-        {
-            let st = self.state.borrow();
-            for p in pieces {
-                let (ptr, n) = piece_bytes(&st, p);
-                // SAFETY: `n` received bytes in a buffer the core kept (not reposted until
-                // after this delivery) or an owned piece alive in `pieces`.
-                whole.extend_from_slice(unsafe { core::slice::from_raw_parts(ptr, n) });
-            }
-        }
+        let mut whole = self.state.borrow_mut().gather_pieces(pieces, len);
         deliver(self.btl.get(), tag, whole.as_mut_ptr(), whole.len());
         self.state.borrow_mut().engine.recycle(whole);
+    }
+}
+
+impl ModuleState {
+    /// The `len` bytes of a fragment's pieces in one buffer (a spare of the core's).
+    pub(super) fn gather_pieces(&mut self, pieces: &[Piece], len: usize) -> Vec<u8> {
+        let mut whole = self.engine.spare_buffer(len);
+        for p in pieces {
+            let (ptr, n) = piece_bytes(self, p);
+            // SAFETY: `n` received bytes in a buffer the core kept (not reposted until the
+            // pieces are released) or an owned piece alive in `pieces`.
+            whole.extend_from_slice(unsafe { core::slice::from_raw_parts(ptr, n) });
+        }
+        whole
+    }
+
+    /// Gives back what a delivered fragment's pieces hold: the kept receive buffers into
+    /// `reposts` (the caller reposts them), owned bytes and the list to the core's spares.
+    pub(super) fn release_pieces(
+        &mut self,
+        mut pieces: Vec<Piece>,
+        reposts: &mut Vec<(Channel, BufId)>,
+    ) {
+        for p in pieces.drain(..) {
+            match p {
+                Piece::Held { handle, .. } => reposts.push(held_buffer(handle)),
+                Piece::Owned(v) => self.engine.recycle(v),
+            }
+        }
+        self.engine.recycle_pieces(pieces);
     }
 }
 

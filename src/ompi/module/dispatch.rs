@@ -6,10 +6,8 @@ use crate::ompi::help::show_help;
 use crate::ompi::status::*;
 use crate::ompi::sys;
 use crate::ompi::{component, rdma};
-use crate::proto::Piece;
 
 use super::deliver::deliver;
-use super::receive::held_buffer;
 use super::{ModuleCell, Upcall};
 
 impl ModuleCell {
@@ -35,20 +33,9 @@ impl ModuleCell {
                     // The PML copied what it needed during its callback.
                     self.state.borrow_mut().engine.recycle(data);
                 }
-                Upcall::DeliverPieces {
-                    mut pieces,
-                    len,
-                    tag,
-                } => {
+                Upcall::DeliverPieces { pieces, len, tag } => {
                     self.deliver_pieces(tag, &pieces, len);
-                    let mut st = self.state.borrow_mut();
-                    for p in pieces.drain(..) {
-                        match p {
-                            Piece::Held { handle, .. } => reposts.push(held_buffer(handle)),
-                            Piece::Owned(v) => st.engine.recycle(v),
-                        }
-                    }
-                    st.engine.recycle_pieces(pieces);
+                    self.state.borrow_mut().release_pieces(pieces, &mut reposts);
                 }
                 Upcall::SendDone { frag, status } => self.complete_send(frag, status),
                 Upcall::PeerFailed { endpoint } => self.peer_failed(endpoint),

@@ -43,14 +43,17 @@ impl ModuleCell {
     }
 
     /// The ACK helper's pass: feed the core what arrived (so it acknowledges), transmit, and
-    /// keep every upcall for the next progress call. In-place deliveries are copied out so the
-    /// receive buffers go back to the fabric at once.
+    /// keep every upcall for the next progress call. Deliveries are copied out so their receive
+    /// buffers go back to the fabric at once: kept until the application next calls MPI, a
+    /// stream of chunked fragments would take every posted buffer (64 on `lo`, 4 per 200 KiB
+    /// fragment), and the rank would stop acknowledging, which the helper is there to prevent.
     pub fn service_in_background(&self, now: Instant) {
         let mut st = self.state.borrow_mut();
         if st.finalized || st.npeers == 0 {
             return;
         }
         let mut ups = Vec::new();
+        let mut reposts = Vec::new();
         st.collect(now, &mut ups);
         for up in ups {
             match up {
@@ -67,8 +70,16 @@ impl ModuleCell {
                     st.fabric.repost(ch, buf);
                     st.deferred.push(Upcall::DeliverOwned { data: v, tag });
                 }
+                Upcall::DeliverPieces { pieces, len, tag } => {
+                    let data = st.gather_pieces(&pieces, len);
+                    st.release_pieces(pieces, &mut reposts);
+                    st.deferred.push(Upcall::DeliverOwned { data, tag });
+                }
                 other => st.deferred.push(other),
             }
+        }
+        for (ch, buf) in reposts {
+            st.fabric.repost(ch, buf);
         }
         st.transmit(now);
         st.flush_reposts();
