@@ -34,7 +34,14 @@ fn workdir() -> &'static Path {
         .unwrap();
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/plugin");
         for prog in [
-            "pingpong", "stall", "compute", "threads", "idle", "pvars", "lentsend",
+            "pingpong",
+            "stall",
+            "compute",
+            "threads",
+            "idle",
+            "pvars",
+            "lentsend",
+            "pvarthread",
         ] {
             let st = Command::new("mpicc")
                 .args(["-O2", "-pthread"])
@@ -1389,6 +1396,28 @@ fn mpi_t_counters_count_sends() {
 /// the exhausted resource (not a generic libfabric failure), the BTL steps aside with one line,
 /// and the job still runs over tcp. Nothing else of ours is printed (no hang, no crash, no
 /// complaint from the connectivity checker, which never starts without an interface).
+#[test]
+fn mpi_t_reads_from_a_tool_thread_meet_progress_safely() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // Without the ACK helper and below MPI_THREAD_MULTIPLE the BTL once took no lock, and a
+    // read racing the main thread's progress ended the job ("already borrowed").
+    let o = mpirun(
+        2,
+        &[
+            "--mca",
+            "btl",
+            "usnic,self",
+            "--mca",
+            "btl_usnic_ack_thread",
+            "0",
+        ],
+        &["pvarthread"],
+    );
+    let (out, err) = succeeded(&o);
+    assert_eq!(out.matches(": OK, ").count(), 2, "{out}\n{err}");
+    assert!(!err.contains("internal error"), "{err}");
+}
+
 #[test]
 fn exhausted_resource_is_named() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -7,19 +7,33 @@
 //! otherwise wait forever.
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
-use super::log;
+use super::{lock, log};
 
 static FAILED: AtomicBool = AtomicBool::new(false);
+/// The message of an internal error on one of the plugin's own threads, whose job the next
+/// entry point on an Open MPI thread ends: the PML's error callback prints and aborts through
+/// Open MPI, which only its own threads may call below MPI_THREAD_MULTIPLE.
+static END_PENDING: Mutex<Option<String>> = Mutex::new(None);
 
 /// True once any entry point has panicked.
 pub fn failed() -> bool {
     FAILED.load(Ordering::Relaxed)
 }
 
-/// Run `f`, turning a panic (or an earlier one) into `on_failure`.
+/// Run `f` under the BTL's lock, turning a panic (or an earlier one) into `on_failure`. The
+/// lock is held until the failure is handled, so no other thread sees the half-updated state
+/// before the failure flag.
 pub fn guard<R>(what: &str, on_failure: R, f: impl FnOnce() -> R) -> R {
+    let _g = lock::enter();
     if failed() {
+        if !log::on_own_thread() {
+            let pending = END_PENDING.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some(line) = pending {
+                end_job(&line);
+            }
+        }
         return on_failure;
     }
     match catch_unwind(AssertUnwindSafe(f)) {
@@ -33,17 +47,26 @@ pub fn guard<R>(what: &str, on_failure: R, f: impl FnOnce() -> R) -> R {
                 .unwrap_or_else(|| "unknown panic".into());
             let line = format!("internal error in {what}: {msg}; the usnic BTL stops working now");
             log::error(&line);
-            if !cfg!(test) {
-                super::component::end_job_after_internal_error(&line);
+            if log::on_own_thread() {
+                *END_PENDING.lock().unwrap_or_else(|e| e.into_inner()) = Some(line);
+            } else {
+                end_job(&line);
             }
             on_failure
         }
     }
 }
 
+fn end_job(line: &str) {
+    if !cfg!(test) {
+        super::component::end_job_after_internal_error(line);
+    }
+}
+
 #[cfg(test)]
 pub(crate) fn reset_for_tests() {
     FAILED.store(false, Ordering::Relaxed);
+    *END_PENDING.lock().unwrap() = None;
 }
 
 #[cfg(test)]
@@ -62,6 +85,33 @@ mod tests {
         assert!(failed());
         // Sticky: a healthy call now fails fast.
         assert_eq!(guard("after", -1, || 7), -1);
+        reset_for_tests();
+    }
+
+    #[test]
+    fn a_panic_on_an_own_thread_leaves_the_job_to_the_next_entry_point() {
+        let _g = crate::ompi::TEST_SERIAL.lock();
+        reset_for_tests();
+        let prev = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        std::thread::spawn(|| {
+            log::mark_own_thread();
+            assert_eq!(guard("ACK helper", -1, || panic!("boom")), -1);
+            // Still on the helper: the job is not ended from here.
+            assert_eq!(guard("ACK helper", -1, || 7), -1);
+        })
+        .join()
+        .unwrap();
+        std::panic::set_hook(prev);
+        let pending = || END_PENDING.lock().unwrap().clone();
+        assert!(failed());
+        assert_eq!(
+            pending().as_deref(),
+            Some("internal error in ACK helper: boom; the usnic BTL stops working now")
+        );
+        // An Open MPI thread's next call ends the job (end_job is a no-op in tests), once.
+        assert_eq!(guard("progress", -1, || 7), -1);
+        assert_eq!(pending(), None);
         reset_for_tests();
     }
 }

@@ -6,7 +6,7 @@ use crate::fabric::{self, FabricConfig};
 use crate::proto::{Channel, Engine, Instant, MIN_DATA_MTU};
 
 use super::help::show_help;
-use super::lock::{self, Shared};
+use super::lock::Shared;
 use super::log;
 use super::modex::{self, ModexEntry};
 use super::module::{ModuleCell, ModuleInfo, ModuleState};
@@ -250,18 +250,14 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
         progress_calls: std::cell::Cell::new(0),
     };
     let ack_thread = comp.settings.ack_thread;
-    // Only once init can no longer decline (a declined component is never entered, so its lock
-    // stays off): the lock is needed with MPI threads, and whenever the ACK helper runs.
-    lock::set_threaded(mpi_threads || ack_thread);
     *COMPONENT.cell().borrow_mut() = Some(comp);
     if ack_thread {
         super::acker::start();
     }
     log::verbose(5, || {
         format!(
-            "MPI_THREAD_MULTIPLE {}; recursive lock {}; ACK helper thread {}",
+            "MPI_THREAD_MULTIPLE {}; ACK helper thread {}",
             if mpi_threads { "on" } else { "off" },
-            if lock::threaded() { "on" } else { "off" },
             if ack_thread { "on" } else { "off" }
         )
     });
@@ -495,22 +491,21 @@ fn module_info(dev: &fabric::DeviceInfo, settings: &Settings, eager: usize) -> M
     }
 }
 
-/// Called by the shim if it cannot build the module structs after a successful init.
+/// Called by the shim if it cannot build the module structs after a successful init (the
+/// plugin's threads already stopped).
 pub fn abandon() {
-    super::connectivity::edge::stop();
     *COMPONENT.cell().borrow_mut() = None;
 }
 
-/// Close: everything left is dropped (modules normally finalized already).
+/// Close: everything left is dropped (modules normally finalized already; the plugin's
+/// threads already stopped).
 pub fn close() -> i32 {
-    super::connectivity::edge::stop();
     let taken = COMPONENT.cell().borrow_mut().take();
     if let Some(c) = taken {
         for m in &c.modules {
             super::procs::finalize_module(&c, m);
         }
     }
-    lock::set_threaded(false);
     OPAL_SUCCESS
 }
 
@@ -528,7 +523,7 @@ pub fn end_job_after_internal_error(msg: &str) {
     let Some((cb, btl)) = target else {
         return;
     };
-    let c = std::ffi::CString::new(msg.replace('\0', "?")).unwrap_or_default();
+    let c = error_text(msg);
     // SAFETY: the PML's error callback (registered through btl_register_error) with this
     // module; no proc is to blame; the string lives through the call.
     unsafe {
@@ -544,9 +539,14 @@ pub fn end_job_after_internal_error(msg: &str) {
     unsafe { libc::_exit(1) }
 }
 
+/// `msg` as the text for a PML error callback: ob1 passes it to `ompi_rte_abort` as a printf
+/// format, so a `%` (a host name, a panic message) is doubled rather than read as a conversion.
+pub fn error_text(msg: &str) -> std::ffi::CString {
+    std::ffi::CString::new(msg.replace('\0', "?").replace('%', "%%")).unwrap_or_default()
+}
+
 /// Component progress: every module, then statistics when due.
 pub fn progress() -> i32 {
-    let _g = lock::enter();
     with_component(|c| {
         if c.settings.fault_panic_after != 0 {
             let n = c.progress_calls.get() + 1;
@@ -613,6 +613,14 @@ mod tests {
         let (usable, small) = split_by_mtu(devs(&[("vs", MIN_DATA_MTU - 1)]), 1);
         assert!(usable.is_empty());
         assert_eq!(names(&small), ["vs"]);
+    }
+
+    #[test]
+    fn error_texts_are_no_printf_formats() {
+        assert_eq!(
+            error_text("50% of rank %d\0").to_str().unwrap(),
+            "50%% of rank %%d?"
+        );
     }
 
     #[test]

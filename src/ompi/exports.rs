@@ -7,13 +7,12 @@
 //!   is an error, never undefined behaviour;
 //! - every pointer is checked for NULL; out-parameters are written only on success, except
 //!   `sendi`'s `descriptor`, which is always set (to NULL);
-//! - the recursive lock is taken here (when MPI_THREAD_MULTIPLE), never deeper.
+//! - the recursive lock is taken by [`guard`], never deeper.
 use core::ffi::c_void;
 
 use super::boundary::guard;
 use super::component::{self, with_component, with_module};
 use super::frag::Frag;
-use super::lock;
 use super::module::ModuleCell;
 use super::params::{self, usnic_rs_params_t};
 use super::rdma::{self, RdmaArgs, RegHandle};
@@ -62,19 +61,25 @@ pub extern "C" fn usnic_rs_component_open() -> i32 {
     guard("component open", OPAL_ERROR, || OPAL_SUCCESS)
 }
 
+/// Joins the plugin's own threads (the ACK helper, the connectivity agent) before close or
+/// abandon: without the lock, which the helper may be waiting for, and outside the guard,
+/// which does nothing after an internal error, since they run this library's code and Open
+/// MPI unloads it after close.
+fn stop_own_threads() -> bool {
+    std::panic::catch_unwind(|| {
+        super::acker::stop();
+        super::connectivity::edge::stop();
+    })
+    .is_ok()
+}
+
 /// Component close: releases everything still held.
 #[no_mangle]
 pub extern "C" fn usnic_rs_component_close() -> i32 {
-    // Join the helper first, without the lock (it may be waiting for it), and outside the
-    // guard, which does nothing after an internal error: the helper runs this library's code,
-    // which Open MPI unloads after close.
-    if std::panic::catch_unwind(super::acker::stop).is_err() {
+    if !stop_own_threads() {
         return OPAL_ERROR;
     }
-    guard("component close", OPAL_ERROR, || {
-        let _g = lock::enter();
-        component::close()
-    })
+    guard("component close", OPAL_ERROR, component::close)
 }
 
 /// Component init. On OPAL_SUCCESS `*num` is the number of modules (0 = the component declines).
@@ -107,7 +112,9 @@ pub unsafe extern "C" fn usnic_rs_component_init(
 /// Undo a successful init the shim could not complete (out of memory building modules).
 #[no_mangle]
 pub extern "C" fn usnic_rs_component_abandon() {
-    guard("component abandon", (), component::abandon)
+    if stop_own_threads() {
+        guard("component abandon", (), component::abandon)
+    }
 }
 
 /// Fixed values of module `index` for its module struct.
@@ -184,7 +191,6 @@ pub unsafe extern "C" fn usnic_rs_add_procs(
                 core::slice::from_raw_parts_mut(endpoints, nprocs),
             )
         };
-        let _g = lock::enter();
         with_module(index, |c, m| procs::add_procs(c, m, p, e)).unwrap_or(OPAL_ERR_BAD_PARAM)
     })
 }
@@ -205,7 +211,6 @@ pub unsafe extern "C" fn usnic_rs_del_procs(
         }
         // SAFETY: nprocs elements per the contract.
         let e = unsafe { core::slice::from_raw_parts(endpoints, nprocs) };
-        let _g = lock::enter();
         with_module(index, |_, m| procs::del_procs(m, e)).unwrap_or(OPAL_ERR_BAD_PARAM)
     })
 }
@@ -214,7 +219,6 @@ pub unsafe extern "C" fn usnic_rs_del_procs(
 #[no_mangle]
 pub extern "C" fn usnic_rs_finalize(index: u32) -> i32 {
     guard("finalize", OPAL_ERROR, || {
-        let _g = lock::enter();
         with_module(index, procs::finalize_module).unwrap_or(OPAL_ERR_BAD_PARAM)
     })
 }
@@ -228,7 +232,6 @@ pub extern "C" fn usnic_rs_alloc(
     flags: u32,
 ) -> *mut mca_btl_base_descriptor_t {
     guard("alloc", core::ptr::null_mut(), || {
-        let _g = lock::enter();
         with_module(index, |_, m| send::alloc(m, endpoint, order, size, flags))
             .unwrap_or(core::ptr::null_mut())
             .cast()
@@ -238,7 +241,6 @@ pub extern "C" fn usnic_rs_alloc(
 #[no_mangle]
 pub extern "C" fn usnic_rs_free(index: u32, des: *mut mca_btl_base_descriptor_t) -> i32 {
     guard("free", OPAL_ERROR, || {
-        let _g = lock::enter();
         with_module(index, |_, m| send::free(m, des)).unwrap_or(OPAL_ERR_BAD_PARAM)
     })
 }
@@ -261,7 +263,6 @@ pub unsafe extern "C" fn usnic_rs_prepare_src(
         }
         // SAFETY: readable per the contract.
         let mut sz = unsafe { *size };
-        let _g = lock::enter();
         let f = with_module(index, |_, m| {
             send::prepare_src(m, endpoint, convertor, order, reserve, &mut sz, flags)
         })
@@ -284,7 +285,6 @@ pub extern "C" fn usnic_rs_send(
     tag: u8,
 ) -> i32 {
     guard("send", OPAL_ERROR, || {
-        let _g = lock::enter();
         with_module(index, |_, m| send::send(m, endpoint, des, tag)).unwrap_or(OPAL_ERR_BAD_PARAM)
     })
 }
@@ -310,7 +310,6 @@ pub unsafe extern "C" fn usnic_rs_sendi(
         if payload_size > 0 && convertor.is_null() {
             return OPAL_ERR_BAD_PARAM;
         }
-        let _g = lock::enter();
         with_module(index, |_, m| {
             send::sendi(
                 m,
@@ -333,7 +332,6 @@ pub extern "C" fn usnic_rs_register_error(
     cb: mca_btl_base_module_error_cb_fn_t,
 ) -> i32 {
     guard("register_error", OPAL_ERROR, || {
-        let _g = lock::enter();
         with_module(index, |_, m| {
             m.error_cb.set(cb);
             OPAL_SUCCESS
@@ -345,15 +343,13 @@ pub extern "C" fn usnic_rs_register_error(
 #[no_mangle]
 pub extern "C" fn usnic_rs_flush(index: u32, endpoint: *mut mca_btl_base_endpoint_t) -> i32 {
     guard("flush", OPAL_ERROR, || {
-        let _g = lock::enter();
         with_module(index, |_, m| send::flush(m, endpoint)).unwrap_or(OPAL_ERR_BAD_PARAM)
     })
 }
 
-/// The shared body of `usnic_rs_put` and `usnic_rs_get`: panic boundary, the BTL lock, the module.
+/// The shared body of `usnic_rs_put` and `usnic_rs_get`: the guard (lock and panic boundary), the module.
 fn rdma_entry(what: &str, index: u32, a: RdmaArgs, op: fn(&ModuleCell, RdmaArgs) -> i32) -> i32 {
     guard(what, OPAL_ERROR, || {
-        let _g = lock::enter();
         with_module(index, |_, m| op(m, a)).unwrap_or(OPAL_ERR_BAD_PARAM)
     })
 }
@@ -440,7 +436,6 @@ pub extern "C" fn usnic_rs_register_mem(
     flags: u32,
 ) -> *mut mca_btl_base_registration_handle_t {
     guard("register_mem", core::ptr::null_mut(), || {
-        let _g = lock::enter();
         with_module(index, |_, m| rdma::register(m, endpoint, base, size, flags))
             .unwrap_or(core::ptr::null_mut())
             .cast()
@@ -453,7 +448,6 @@ pub extern "C" fn usnic_rs_deregister_mem(
     handle: *mut mca_btl_base_registration_handle_t,
 ) -> i32 {
     guard("deregister_mem", OPAL_ERROR, || {
-        let _g = lock::enter();
         with_module(index, |_, m| {
             rdma::deregister(m, handle.cast::<RegHandle>())
         })
@@ -486,7 +480,6 @@ pub extern "C" fn usnic_rs_stat_value(i: u32) -> u64 {
         let Some(&(_, _, read)) = super::stats::COUNTERS.get(i as usize) else {
             return 0;
         };
-        let _g = lock::enter();
         with_component(|c| {
             c.modules
                 .iter()
@@ -501,7 +494,6 @@ pub extern "C" fn usnic_rs_stat_value(i: u32) -> u64 {
 #[no_mangle]
 pub extern "C" fn usnic_rs_num_modules() -> u32 {
     guard("num_modules", 0, || {
-        let _g = lock::enter();
         with_component(|c| c.modules.len() as u32).unwrap_or(0)
     })
 }

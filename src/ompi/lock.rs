@@ -1,12 +1,15 @@
 //! The one recursive lock of the BTL (the original's `btl_usnic_lock`), and the cell holding the
 //! BTL's Rust state.
 //!
-//! The lock is taken only when Open MPI runs with MPI_THREAD_MULTIPLE (`enable_mpi_threads` at
-//! component init), exactly like `OPAL_THREAD_LOCK`. It is recursive because a PML callback
-//! running under it may call `btl_send` on the same thread.
+//! The original takes its lock only with MPI_THREAD_MULTIPLE (`OPAL_THREAD_LOCK`). This one is
+//! taken by every entry point at every thread level: the ACK helper thread runs beside the
+//! application, and MPI_T reads the statistics from any thread (Open MPI's `MPI_T_pvar_read`
+//! takes only its own MPI_T lock), either of which would otherwise race the application's
+//! thread on the state's `RefCell`. Uncontended, it costs a compare-and-swap per entry point.
+//! It is recursive because a PML callback running under it may call `btl_send` on the same
+//! thread.
 use std::cell::RefCell;
 use std::num::NonZeroUsize;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::lock_api::{self, GetThreadId, RawMutex as _};
 use parking_lot::RawMutex;
@@ -33,37 +36,21 @@ unsafe impl GetThreadId for PthreadId {
 type Recursive = lock_api::ReentrantMutex<RawMutex, PthreadId, ()>;
 
 static LOCK: Recursive = Recursive::const_new(RawMutex::INIT, PthreadId, ());
-static THREADS: AtomicBool = AtomicBool::new(false);
 
-/// Enable or disable locking (component init / close only, while no other thread is inside).
-pub fn set_threaded(on: bool) {
-    THREADS.store(on, Ordering::SeqCst);
-}
-
-pub fn threaded() -> bool {
-    THREADS.load(Ordering::Relaxed)
-}
-
-/// Held for the duration of an entry point's critical section (None when threads are off).
-pub type Entered = Option<lock_api::ReentrantMutexGuard<'static, RawMutex, PthreadId, ()>>;
+/// Held for the duration of an entry point's critical section.
+pub type Entered = lock_api::ReentrantMutexGuard<'static, RawMutex, PthreadId, ()>;
 
 pub fn enter() -> Entered {
-    if threaded() {
-        Some(LOCK.lock())
-    } else {
-        None
-    }
+    LOCK.lock()
 }
 
 /// State reachable from every entry point.
 ///
-/// Access only through [`enter`]: with MPI_THREAD_MULTIPLE the recursive lock serializes all
-/// threads; otherwise Open MPI never calls into a BTL from two threads at once (the MPI
-/// library's contract for THREAD_SINGLE/FUNNELED/SERIALIZED), so the `RefCell`'s unsynchronized
-/// borrow flag is never raced.
+/// Access only while holding [`enter`]'s guard: the recursive lock serializes all threads, so
+/// the `RefCell`'s unsynchronized borrow flag is never raced.
 pub struct Shared<T>(RefCell<T>);
 
-// SAFETY: see the type's documentation: all access is serialized, by the lock or by Open MPI.
+// SAFETY: see the type's documentation: all access is serialized by the lock.
 unsafe impl<T> Sync for Shared<T> {}
 
 impl<T> Shared<T> {
@@ -71,7 +58,7 @@ impl<T> Shared<T> {
         Shared(RefCell::new(v))
     }
 
-    /// The cell; callers must hold [`enter`]'s guard (or be the only thread).
+    /// The cell; callers must hold [`enter`]'s guard.
     pub fn cell(&self) -> &RefCell<T> {
         &self.0
     }
@@ -82,15 +69,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lock_is_recursive_and_only_when_threaded() {
-        let _g = crate::ompi::TEST_SERIAL.lock();
-        set_threaded(false);
-        assert!(enter().is_none());
-        set_threaded(true);
+    fn lock_is_recursive_and_excludes_other_threads() {
         let a = enter();
         let b = enter(); // same thread: must not deadlock
-        assert!(a.is_some() && b.is_some());
-        // Another thread must wait while we hold it.
+                         // Another thread must wait while we hold it.
         let (tx, rx) = std::sync::mpsc::channel();
         let h = std::thread::spawn(move || {
             let _g = enter();
@@ -103,6 +85,5 @@ mod tests {
         drop(a);
         rx.recv_timeout(std::time::Duration::from_secs(5)).unwrap();
         h.join().unwrap();
-        set_threaded(false);
     }
 }

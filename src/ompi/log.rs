@@ -41,7 +41,7 @@ pub fn mark_own_thread() {
 }
 
 /// Whether the calling thread is one of the plugin's own (`mark_own_thread`).
-fn on_own_thread() -> bool {
+pub fn on_own_thread() -> bool {
     OWN_THREAD.with(|t| t.get())
 }
 

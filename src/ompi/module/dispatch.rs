@@ -101,7 +101,7 @@ impl ModuleCell {
             s(format!("{} (from local interface {} {})", ep.remote_ipv4, self.info.name, self.entry.ipv4)),
             i(timeout.min(i32::MAX as u64)));
         if let Some(cb) = self.error_cb.get() {
-            let c = std::ffi::CString::new(msg).unwrap_or_default();
+            let c = component::error_text(&msg);
             // SAFETY: the PML's error callback (registered through btl_register_error) with the
             // failing proc; the string lives through the call. ob1 aborts the job from it.
             unsafe {
