@@ -19,7 +19,8 @@ would carry them), then sends one class of hostile datagrams to those ports:
   putget     PUT/GET (kinds 4/5) with the real key and sender id, extended sequence numbers
              (epoch from the captured datagrams, docs/wire.md 5a) inside the receive window
              (2500+ ahead of the last one seen: never reached by the slow target program),
-             regions and offsets outside any registered memory
+             regions and offsets outside any registered memory; plus in-window fragments
+             with tag 255, past Open MPI's callback table
   flood      one real sequenced datagram and one real ACK, each sent thousands of times
 
 Wire format: docs/wire.md (version 4, little-endian: 48-byte base header with the epochs of
@@ -445,6 +446,7 @@ def main():
                     last[d] = p.xseq
                     proto[d] = p
         in_window = 0
+        bad_tags = 0
         for (src, key), s in sorted(last.items()):
             p = proto[(src, key)]
             dst = p.dst
@@ -466,7 +468,12 @@ def main():
                         + MSG.pack(9, 4096, 0, 0) + REGION.pack(region, roff) + payload)
                 tx.send(dst, header(5, s + 3000, src, key, 0)
                         + MSG.pack(9, 8192, 0, 0) + REGION.pack(region, 0xFFFFFFFFFFFFF000))
-        extra = f"in_window={in_window} directions={len(last)}"
+            # Fragments with tag 255, one past Open MPI's table of active-message callbacks
+            # (MCA_BTL_TAG_MAX entries): delivered, they must be dropped as having no callback.
+            for k in range(4):
+                tx.send(dst, header(2, s + 2600 + k, src, key, 16, tag=255) + rng.randbytes(16))
+                bad_tags += 1
+        extra = f"in_window={in_window} directions={len(last)} bad_tags={bad_tags}"
     elif a.attack == "flood":
         seqd = [p for p in valid if p.kind in SEQUENCED]
         acks = [p for p in valid if p.kind == 1]

@@ -320,7 +320,13 @@ for attack in $ATTACKS; do
             counter_at_least $attack malformed_recvs "$(stat "$LOG" malformed_recvs)" 1
             # half of the in-window forgeries are PUTs: every one must be refused and counted
             counter_at_least $attack refused_writes "$(stat "$LOG" refused_writes)" $((inw / 2))
-            needs_counter $attack refused_gets "forged GET requests outside registered memory must be answered with GetRefuse and counted (Stats::refused_gets)" ;;
+            needs_counter $attack refused_gets "forged GET requests outside registered memory must be answered with GetRefuse and counted (Stats::refused_gets)"
+            # Tag 255 indexed past Open MPI's callback table (a crash); it must be dropped.
+            if grep -q "fragment with tag 0xff: no PML callback" "$LOG"; then
+                pass "$attack: tag 255 dropped" "$(hfield "$TOOLLOG" bad_tags) sent"
+            else
+                fail "$attack: tag 255 dropped" "no 'fragment with tag 0xff' drop in the job's output"
+            fi ;;
     esac
 done
 
