@@ -1031,6 +1031,29 @@ fn unmappable_buffers_are_an_error_not_an_abort() {
     assert!(e.message.contains("bytes of buffers"), "{e}");
 }
 
+/// `sockets` keeps a send's iovec in its queue and reads it after `fi_sendv` returned, so its
+/// channels do not gather a body from memory that may change right after (the edge copies it
+/// behind the header instead); the udp provider sends before it returns, and gathers.
+#[test]
+fn only_a_provider_that_sends_at_once_gathers() {
+    let sockets = FabricConfig {
+        provider: "sockets".into(),
+        ..lo_cfg()
+    };
+    let dev = discover(&sockets)
+        .unwrap()
+        .into_iter()
+        .next()
+        .expect("sockets on lo");
+    let m = Module::open(&dev, &sockets).unwrap();
+    for ch in [Channel::Priority, Channel::Data] {
+        assert!(!m.can_gather(ch), "{ch:?}");
+    }
+    let udp = lo_provider_sends();
+    let m = Module::open(&lo(&udp), &udp).unwrap();
+    assert!(m.can_gather(Channel::Data));
+}
+
 /// A provider that advertises an unbounded `max_msg_size` (`sockets`: 2^64 - 4097 for
 /// FI_EP_DGRAM) gets datagrams of at most the largest UDP payload, and its module opens.
 #[test]

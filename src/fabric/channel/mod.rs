@@ -23,6 +23,10 @@ use std::os::raw::c_void;
 /// What the edge does with the endpoint's socket (`udp` provider only: others have none).
 #[derive(Copy, Clone, Debug)]
 pub(crate) struct SocketUse {
+    /// The provider has sent a datagram when `fi_send`/`fi_sendv` returns (udp: one
+    /// `sendmsg`), so a body gathered from memory it does not own may change right after.
+    /// Others (`sockets`) keep the iovec and read it later.
+    pub sends_at_once: bool,
     /// Size its buffers (`sockbuf.rs`).
     pub tune: bool,
     /// Send on it ourselves, one system call per datagram (`send.rs`).
@@ -104,6 +108,8 @@ pub(crate) struct ChannelRes {
     prefix: usize,
     /// The provider's `tx_attr.iov_limit`: buffers one `fi_sendv` may gather.
     iov_limit: usize,
+    /// `SocketUse::sends_at_once`.
+    sends_at_once: bool,
     /// The provider's `tx_attr.inject_size`: where the provider sends, datagrams up to this long
     /// (prefix included) are sent with `fi_inject`.
     inject_size: usize,

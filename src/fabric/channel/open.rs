@@ -170,6 +170,7 @@ impl ChannelRes {
             tx_desc,
             prefix,
             iov_limit,
+            sends_at_once: socket_use.sends_at_once,
             inject_size,
             mtu: sizes.mtu,
             name,

@@ -225,11 +225,12 @@ impl ChannelRes {
     }
 
     /// Whether `post_send_gather` may be used: the channel sends on the socket itself, or the
-    /// provider gathers three buffers and needs no registration (a body lies in memory we
-    /// never registered); or sends are batched, which copies the body into the batch.
+    /// provider gathers three buffers, needs no registration (a body lies in memory we never
+    /// registered) and has sent when `fi_sendv` returns (the body may change right after); or
+    /// sends are batched, which copies the body into the batch.
     pub(crate) fn can_gather(&self) -> bool {
         self.send_socket.is_some()
-            || (self.iov_limit >= 3 && self.mrs.is_empty())
+            || (self.iov_limit >= 3 && self.mrs.is_empty() && self.sends_at_once)
             || self.batch.is_some()
     }
 

@@ -208,6 +208,7 @@ impl Module {
         // and send on their sockets themselves.
         let (tiny, bulk) = (
             SocketUse {
+                sends_at_once: udp,
                 tune: udp,
                 send: udp && cfg.gso,
                 batch: false,
@@ -215,6 +216,7 @@ impl Module {
                 runs: false,
             },
             SocketUse {
+                sends_at_once: udp,
                 tune: udp,
                 send: udp && cfg.gso,
                 batch: udp && cfg.gso,
