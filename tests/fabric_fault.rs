@@ -1,7 +1,7 @@
 //! The fabric edge's seeded fault injector (`Module::set_faults`) between two modules on `lo`.
 use std::time::{Duration, Instant};
 use usnic_rs::fabric::{
-    discover, parse_if_list, Completion, FabricConfig, FaultConfig, Module, PeerAddr,
+    discover, parse_if_list, Completion, FabricConfig, FaultConfig, Module, PeerAddr, Posted,
 };
 use usnic_rs::proto::Channel;
 
@@ -446,4 +446,52 @@ fn bad_fractions_are_refused_and_off_is_free() {
     assert!(FaultConfig::default().is_off());
     a.set_faults(FaultConfig::default()).unwrap();
     assert_eq!(a.fault_stats(), Default::default());
+}
+
+/// A send the injector holds back for a peer that is then removed is dropped, not sent late:
+/// the address vector gives the next peer inserted the freed address, which would receive it.
+/// Its buffer and completion come back as for a dropped send.
+#[test]
+fn a_delayed_send_to_a_removed_peer_is_dropped() {
+    let (mut a, b, to_b) = pair();
+    a.set_faults(FaultConfig {
+        seed: 1,
+        send_delay: 1.0,
+        delay_us: 20_000,
+        ..Default::default()
+    })
+    .unwrap();
+    let ch = Channel::Priority;
+    let (id, buf) = a.tx_buffer(ch).unwrap();
+    buf[..5].copy_from_slice(b"for B");
+    assert_eq!(a.post_send(ch, id, 5, &to_b).unwrap(), Posted::Pending);
+    a.remove_peer(&to_b);
+    let (_, mut x, _) = pair();
+    let to_x = a.insert_peer(&x.local_address()).unwrap();
+    assert_eq!(
+        to_x.fi_addr(ch),
+        to_b.fi_addr(ch),
+        "the address was given again"
+    );
+    std::thread::sleep(Duration::from_millis(30));
+    let mut done = 0;
+    let mut out = Vec::new();
+    for _ in 0..100 {
+        out.clear();
+        a.poll(ch, 16, &mut out).unwrap();
+        done += out
+            .iter()
+            .filter(|c| matches!(c, Completion::SendDone { .. }))
+            .count();
+        out.clear();
+        x.poll(ch, 16, &mut out).unwrap();
+        assert!(
+            !out.iter().any(|c| matches!(c, Completion::Recv { .. })),
+            "the peer given the address received the removed peer's datagram"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(done, 1, "the held send completes once, as dropped");
+    assert_eq!(a.tx_available(ch), a.tx_capacity(ch));
+    drop(b);
 }

@@ -177,6 +177,17 @@ pub(crate) struct Faults {
 }
 
 impl Faults {
+    /// Sends held back for a peer that leaves are dropped instead (their `SendDone` comes on
+    /// the next poll, as for a dropped send): the address vector gives the next peer inserted
+    /// the freed `fi_addr`, and a late datagram would then reach that peer.
+    pub(crate) fn forget_destination(&mut self, c: usize, to: sys::fi_addr_t) {
+        let f = &mut self.ch[c];
+        let (gone, kept): (VecDeque<Held>, VecDeque<Held>) =
+            f.held.drain(..).partition(|h| h.to == to);
+        f.held = kept;
+        f.done.extend(gone.iter().map(|h| h.buf));
+    }
+
     pub(crate) fn new(cfg: FaultConfig) -> Self {
         Faults {
             cfg,

@@ -227,6 +227,11 @@ impl Module {
 
     /// Remove a peer from the AV (both channels).
     pub fn remove_peer(&mut self, p: &PeerAddr) {
+        if let Some(f) = self.faults.as_deref_mut() {
+            for c in [Channel::Priority, Channel::Data] {
+                f.forget_destination(ch(c), p.fi_addr(c));
+            }
+        }
         let mut a = p.addr;
         // SAFETY: av open; a holds 2 fi_addr_t from insert_peer.
         let ret = unsafe { sys::av_remove(self.av.ptr(), a.as_mut_ptr(), 2, 0) };
