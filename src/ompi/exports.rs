@@ -306,6 +306,11 @@ pub unsafe extern "C" fn usnic_rs_sendi(
     descriptor: *mut *mut mca_btl_base_descriptor_t,
 ) -> i32 {
     let _ = (order, flags);
+    if !descriptor.is_null() {
+        // SAFETY: the PML's out-parameter; set on every path, failures included (no
+        // descriptor is ever handed back: a refused sendi leaves the PML to btl_send).
+        unsafe { *descriptor = core::ptr::null_mut() };
+    }
     guard("sendi", OPAL_ERROR, || {
         if payload_size > 0 && convertor.is_null() {
             return OPAL_ERR_BAD_PARAM;
@@ -319,7 +324,6 @@ pub unsafe extern "C" fn usnic_rs_sendi(
                 header_size,
                 payload_size,
                 tag,
-                descriptor,
             )
         })
         .unwrap_or(OPAL_ERR_BAD_PARAM)

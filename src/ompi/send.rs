@@ -231,12 +231,7 @@ pub fn sendi(
     header_size: usize,
     payload_size: usize,
     tag: u8,
-    descriptor: *mut *mut sys::mca_btl_base_descriptor_t,
 ) -> i32 {
-    if !descriptor.is_null() {
-        // SAFETY: out-parameter supplied by the PML.
-        unsafe { *descriptor = ptr::null_mut() };
-    }
     let Some(e) = endpoint(m, ep) else {
         return OPAL_ERR_UNREACH;
     };
