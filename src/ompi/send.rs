@@ -222,7 +222,6 @@ pub fn send(
 }
 
 /// Inline send: header and payload packed straight into the core's buffer, no descriptor.
-#[allow(clippy::too_many_arguments)]
 pub fn sendi(
     m: &ModuleCell,
     ep: *mut sys::mca_btl_base_endpoint_t,
