@@ -156,8 +156,11 @@ impl Peer {
     }
 
     pub fn new(now: Instant, info: PeerInfo, mtu: usize, cfg: &super::api::Config) -> Peer {
-        let cap = (cfg.window as usize).next_power_of_two();
         let window = send_window(cfg.window, info.remote_rx_window);
+        // Sized for what can be in flight to this peer (its receive window may be far below
+        // ours): with a thousand peers, rooms and queue slots for 4096 segments each were
+        // about 130 MiB per module. The hotel builds rooms beyond these if ever needed.
+        let cap = (window as usize).next_power_of_two();
         Peer {
             rw: RecvWindow::new(info.remote_isn),
             info,
@@ -252,7 +255,26 @@ fn latest_tx(seen: u32, tx: u32) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use super::latest_tx;
+    use super::*;
+    use crate::proto::api::Config;
+
+    #[test]
+    fn timers_and_resend_slots_are_sized_by_what_the_peer_absorbs() {
+        let cfg = Config::default();
+        let info = |remote_rx_window| PeerInfo {
+            remote_rx_window,
+            ..cfg.peer_info()
+        };
+        let p = Peer::new(Instant(0), info(48), 1472, &cfg);
+        assert_eq!(p.hotel.capacity(), 64);
+        assert!(p.resend_q.capacity() < 128, "{}", p.resend_q.capacity());
+        let p = Peer::new(Instant(0), info(0), 1472, &cfg);
+        assert_eq!(
+            p.hotel.capacity(),
+            cfg.window as usize,
+            "no limit: the whole window"
+        );
+    }
 
     #[test]
     fn the_latest_transmission_in_wrapping_order() {

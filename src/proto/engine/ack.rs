@@ -153,7 +153,8 @@ fn delivered(
             p.reo_mult = p.reo_mult.max((p.reo_mult + 1).min(MAX_REO_MULT_BY_TIMING));
             p.good_repairs = 0;
         } else {
-            p.good_repairs += 1;
+            // Saturating: with no allowance to narrow it counts every good repair.
+            p.good_repairs = p.good_repairs.saturating_add(1);
             if p.good_repairs >= 64 && p.reo_mult > 1 {
                 p.reo_mult -= 1;
                 p.good_repairs = 0;

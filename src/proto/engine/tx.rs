@@ -249,7 +249,8 @@ impl Engine {
     /// call and neither count in a turn nor end it.
     fn keep_data_turn(&mut self, pid: u32) {
         let (last, n) = self.data_turn;
-        let n = if last == pid { n + 1 } else { 1 };
+        // Saturating: a peer that empties its queue after every segment keeps counting.
+        let n = if last == pid { n.saturating_add(1) } else { 1 };
         self.data_turn = (pid, n);
         if self.data_ready.back() != Some(&pid) {
             // Out of data or window: the next peer's turn.
