@@ -1570,6 +1570,59 @@ fn first_chunks_past_the_open_limit_are_dropped_and_take_no_sequence_number() {
     );
 }
 
+/// Everything pending from `from` delivered to `to` at `t`, every write refused (no memory is
+/// registered); returns how many datagrams went.
+fn carry_refusing(from: &mut Engine, to: &mut Engine, t: Instant) -> usize {
+    let mut n = 0;
+    for ch in [Channel::Priority, Channel::Data] {
+        for d in tx(from, t, ch) {
+            n += 1;
+            if let RxOutcome::Write { peer, .. } = to.handle_datagram(t, ch, &d) {
+                to.refuse_write(t, peer);
+            }
+        }
+    }
+    n
+}
+
+/// More refusals than may wait unsent hold the standalone ACK back (its information leaves
+/// on the refusals); once they are few enough again, an ACK still owed must go by itself.
+#[test]
+fn an_ack_held_back_behind_many_refusals_goes_once_they_are_sent() {
+    let mut p = pair();
+    for i in 0..80 {
+        p.a.submit_put(us(0), p.ab, 9, 0, vec![1u8; 100], Cookie(i))
+            .unwrap();
+    }
+    assert_eq!(carry_refusing(&mut p.a, &mut p.b, us(10)), 80);
+    assert_eq!(
+        carry_refusing(&mut p.b, &mut p.a, us(20)),
+        80,
+        "the refusals"
+    );
+    events(&mut p.a);
+    carry_refusing(&mut p.a, &mut p.b, us(30));
+    p.a.submit_send(us(100), p.ab, 1, vec![5u8; 10], Cookie(999))
+        .unwrap();
+    carry_refusing(&mut p.a, &mut p.b, us(110));
+    events(&mut p.b);
+    for t in (120..520).step_by(10) {
+        p.b.handle_timeout(us(t));
+        carry_refusing(&mut p.b, &mut p.a, us(t));
+    }
+    assert!(
+        events(&mut p.a).iter().any(|e| matches!(
+            e,
+            Event::SendComplete {
+                cookie: Cookie(999),
+                ..
+            }
+        )),
+        "no ACK within 400 us (ack_delay 30 us): {:?}",
+        p.b.stats()
+    );
+}
+
 #[test]
 fn get_never_answered_fails_with_the_peer() {
     let mut ca = cfg(1, 0);

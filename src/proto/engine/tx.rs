@@ -212,9 +212,10 @@ impl Engine {
                 room,
             };
             p.sw.push(rec);
-            if kind == Kind::PutRefuse {
+            let refusals_few_again = kind == Kind::PutRefuse && {
                 p.refusals_unsent = p.refusals_unsent.saturating_sub(1);
-            }
+                p.refusals_unsent == MAX_UNSENT_REFUSALS
+            };
             let (n, body) = emit_segment(
                 p,
                 (pid, self.cfg.local_id),
@@ -235,6 +236,15 @@ impl Engine {
             self.ensure_ready(pid);
             if !prio {
                 self.keep_data_turn(pid);
+            }
+            if refusals_few_again {
+                // An ACK tx_ack passed over while too many refusals waited, and that this
+                // segment did not carry, goes on its own again: nothing else would put the
+                // peer back on the ACK list.
+                let p = self.peers[pid as usize].as_ref().expect("live");
+                if p.ack_due && !p.in_ack_list {
+                    self.ack_now(pid);
+                }
             }
             return Some(Transmit {
                 peer: PeerId(pid),
