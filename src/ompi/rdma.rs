@@ -7,6 +7,7 @@
 //! A GET's local destination gets a temporary region of its own for the duration of the GET.
 use core::ffi::c_void;
 use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 
 use crate::fabric;
 use crate::proto::{Cookie, Lent, Payload, PeerId};
@@ -68,35 +69,49 @@ pub enum Reader {
 }
 
 /// Memory of this module that peers may touch.
-#[derive(Default)]
 pub struct Regions {
     map: HashMap<u64, Region>,
     next: u64,
-    /// Secret of this module's region ids.
-    key: u64,
+    /// SipHash under a random 128-bit key: region ids are a keyed pseudorandom function of a
+    /// counter, so a datagram forged with the job key still has to name a live region, and
+    /// one id seen (ob1 ships handles in its headers) tells nothing of the others. Small
+    /// sequential ids made region 1 a safe guess; a keyless bijection (splitmix64 of the
+    /// counter xor a key) gave the counter back, and with it the next id in 64 tries.
+    ids: RandomState,
 }
 
 impl Regions {
-    /// Region ids are a keyed bijection of a counter, so they never repeat and cannot be
-    /// guessed from one another: a datagram forged with the job key still has to name a
-    /// live region (small sequential ids made region 1 a safe guess).
-    pub fn keyed(key: u64) -> Regions {
+    pub fn new() -> Regions {
         Regions {
-            key,
-            ..Regions::default()
+            map: HashMap::new(),
+            next: 0,
+            ids: RandomState::new(),
         }
     }
 
     fn add(&mut self, base: usize, len: usize, access: Access) -> u64 {
         let id = loop {
             self.next += 1;
-            let id = crate::proto::splitmix64(self.next ^ self.key);
-            if id != 0 {
+            let id = self.ids.hash_one(self.next);
+            // Not a bijection: a live id drawn again (p = 2^-64 per pair) is skipped.
+            if id != 0 && !self.map.contains_key(&id) {
                 break id;
             }
         };
         self.map.insert(id, Region { base, len, access });
         id
+    }
+
+    /// Regions registered for one of `peers`, which leave, admit nobody from now on: the core
+    /// gives a removed peer's id to the next peer added, which must not inherit them. They
+    /// stay until the PML deregisters them.
+    pub fn disown(&mut self, peers: &[PeerId]) {
+        for r in self.map.values_mut() {
+            if r.access.peer.is_some_and(|p| peers.contains(&p)) {
+                r.access.read = false;
+                r.access.write = false;
+            }
+        }
     }
 
     /// Called only by `ModuleState::forget_region`, which first copies what GET replies still
@@ -419,7 +434,7 @@ mod tests {
 
     #[test]
     fn region_ids_are_unique_and_not_sequential() {
-        let mut r = Regions::keyed(0x1234_5678_9abc_def0);
+        let mut r = Regions::new();
         let ids: Vec<u64> = (0..1000).map(|_| r.add(0x1000, 10, ANY)).collect();
         let set: std::collections::HashSet<_> = ids.iter().collect();
         assert_eq!(set.len(), ids.len(), "unique");
@@ -429,14 +444,70 @@ mod tests {
             &ids[..4]
         );
         assert!(ids.windows(2).all(|w| w[1] != w[0].wrapping_add(1)));
-        // Another module's key gives other ids.
-        let mut other = Regions::keyed(1);
+        // Another module draws other ids.
+        let mut other = Regions::new();
         assert_ne!(other.add(0x1000, 10, ANY), ids[0]);
+    }
+
+    /// splitmix64 undone step by step (each of its steps is invertible).
+    fn unmix(mut y: u64) -> u64 {
+        fn unxorshift(x: u64, s: u32) -> u64 {
+            (0..64 / s + 1).fold(x, |r, _| x ^ (r >> s))
+        }
+        fn inverse(a: u64) -> u64 {
+            (0..6).fold(a, |x, _| {
+                x.wrapping_mul(2u64.wrapping_sub(a.wrapping_mul(x)))
+            })
+        }
+        y = unxorshift(y, 31).wrapping_mul(inverse(0x94D0_49BB_1331_11EB));
+        y = unxorshift(y, 27).wrapping_mul(inverse(0xBF58_476D_1CE4_E5B9));
+        unxorshift(y, 30).wrapping_sub(0x9E37_79B9_7F4A_7C15)
+    }
+
+    #[test]
+    fn a_leaving_peers_regions_admit_no_one_after_it() {
+        let mut r = Regions::new();
+        let (a, b) = (PeerId(1), PeerId(2));
+        let for_a = r.add(0x1000, 16, Access::from_flags(!0, Some(a)));
+        let for_b = r.add(0x2000, 16, Access::from_flags(!0, Some(b)));
+        let for_all = r.add(0x3000, 16, ANY);
+        r.disown(&[a]);
+        // The next peer added may be given a's id: it finds nothing of a's.
+        assert_eq!(r.write_target(a, for_a, 0, 1), None);
+        assert!(r.lend(Reader::Peer(a), for_a, 0, 1).is_none());
+        assert!(r.write_target(b, for_b, 0, 1).is_some());
+        assert!(
+            r.write_target(a, for_all, 0, 1).is_some(),
+            "registered for every peer"
+        );
+    }
+
+    #[test]
+    fn one_region_id_does_not_give_away_the_next() {
+        assert_eq!(
+            unmix(crate::proto::splitmix64(12345)),
+            12345,
+            "the inverse is right"
+        );
+        let mut r = Regions::new();
+        let ids: Vec<u64> = (0..100).map(|_| r.add(0x1000, 10, ANY)).collect();
+        for w in ids.windows(2) {
+            // Were ids splitmix64(counter ^ key): counter ^ key from one id, and the next
+            // counter differs from it in its lowest t + 1 bits for some t.
+            let x = unmix(w[0]);
+            let guess = (0..64).map(|t| crate::proto::splitmix64(x ^ ((2u128 << t) - 1) as u64));
+            assert!(
+                !guess.into_iter().any(|g| g == w[1]),
+                "{:#x} from {:#x}",
+                w[1],
+                w[0]
+            );
+        }
     }
 
     #[test]
     fn locate_stays_inside_the_region() {
-        let mut r = Regions::default();
+        let mut r = Regions::new();
         let id = r.add(0x1000, 100, ANY);
         let p = PeerId(3);
         assert_eq!(r.write_target(p, id, 0, 100), Some(0x1000 as *mut u8));
@@ -451,7 +522,7 @@ mod tests {
 
     #[test]
     fn peers_touch_a_region_only_as_registered() {
-        let mut r = Regions::default();
+        let mut r = Regions::new();
         let buf = [7u8; 16];
         let base = buf.as_ptr() as usize;
         let (a, b) = (PeerId(1), PeerId(2));

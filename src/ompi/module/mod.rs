@@ -168,7 +168,7 @@ impl ModuleState {
             finalized: false,
             stats_base: Stats::default(),
             deferred: Vec::new(),
-            regions: Regions::keyed(super::component::random_u64()),
+            regions: Regions::new(),
             npeers: 0,
             puts: 0,
             gets: 0,
