@@ -20,7 +20,7 @@ would carry them), then sends one class of hostile datagrams to those ports:
              (epoch from the captured datagrams, docs/wire.md 5a) inside the receive window
              (2500+ ahead of the last one seen: never reached by the slow target program),
              regions and offsets outside any registered memory; plus in-window fragments
-             with tag 255, past Open MPI's callback table
+             with tag 255 (past Open MPI's callback table) and 0x23 (vader's own handler)
   flood      one real sequenced datagram and one real ACK, each sent thousands of times
 
 Wire format: docs/wire.md (version 4, little-endian: 48-byte base header with the epochs of
@@ -469,9 +469,13 @@ def main():
                 tx.send(dst, header(5, s + 3000, src, key, 0)
                         + MSG.pack(9, 8192, 0, 0) + REGION.pack(region, 0xFFFFFFFFFFFFF000))
             # Fragments with tag 255, one past Open MPI's table of active-message callbacks
-            # (MCA_BTL_TAG_MAX entries): delivered, they must be dropped as having no callback.
-            for k in range(4):
-                tx.send(dst, header(2, s + 2600 + k, src, key, 16, tag=255) + rng.randbytes(16))
+            # (MCA_BTL_TAG_MAX entries), and with 0x23, vader's private handler (it copies to an
+            # address from the payload; this one names no operation it knows, so a plugin that
+            # delivers it does no harm here, and the missing drop line shows it): they must be
+            # dropped as having no callback.
+            for k, tag in enumerate([255, 255, 0x23, 0x23]):
+                body = struct.pack("<QQ", 0x10, 8) if tag == 0x23 else rng.randbytes(16)
+                tx.send(dst, header(2, s + 2600 + k, src, key, 16, tag=tag) + body)
                 bad_tags += 1
         extra = f"in_window={in_window} directions={len(last)} bad_tags={bad_tags}"
     elif a.attack == "flood":

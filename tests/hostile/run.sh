@@ -38,7 +38,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 WORK=$(mktemp -d /tmp/usnic-hostile.XXXXXX)
 [ "${KEEP:-0}" = 1 ] || trap 'rm -rf "$WORK"' EXIT
 JOB_TIMEOUT=${JOB_TIMEOUT:-120}
-MCA=(--mca pml ob1 --mca btl usnic,self --mca btl_usnic_stats 3600)
+MCA=(--mca pml ob1 --mca btl_usnic_stats 3600)
 
 if ! make -s -C "$ROOT/tests/mpi" >"$WORK/build.log" 2>&1; then
     cat "$WORK/build.log"; fail "build" "make -C tests/mpi failed"; finish
@@ -136,7 +136,8 @@ run_job() {
     LOG=$WORK/$name.log
     TOOLLOG=$WORK/$name.tool.log
     : >"$TOOLLOG"
-    timeout -k 5 $((JOB_TIMEOUT + 30)) mpirun -np 2 "${MCA[@]}" ${EXTRA_MCA:-} "${WRAP[@]}" "$@" >"$LOG" 2>&1 &
+    timeout -k 5 $((JOB_TIMEOUT + 30)) mpirun -np 2 "${MCA[@]}" --mca btl "${BTLS:-usnic,self}" \
+        ${EXTRA_MCA:-} "${WRAP[@]}" "$@" >"$LOG" 2>&1 &
     local job=$! pids="" t=0
     TOOLRC=0
     if [ "$attack" != - ]; then
@@ -249,8 +250,14 @@ for attack in $ATTACKS; do
         garbage | truncated | wrongkey | chunk)
             run_job "$attack" "$attack" 3 "${PINGPONG[@]}"
             check_job "$attack" pingpong ;;
-        replay | flood | putget)
+        replay | flood)
             run_job "$attack" "$attack" 4 "${SLOW[@]}"
+            check_job "$attack" slowcheck ;;
+        putget)
+            # vader loaded too (below usnic, which carries the job), so that its private
+            # handler is in Open MPI's callback table for the forged tag 0x23 to find
+            BTLS=usnic,vader,self EXTRA_MCA="--mca btl_vader_exclusivity 0" \
+                run_job "$attack" "$attack" 4 "${SLOW[@]}"
             check_job "$attack" slowcheck ;;
         putget_rdma)
             # the same with emulated PUT/GET offered to the PML: the target's edge now maps
@@ -321,12 +328,15 @@ for attack in $ATTACKS; do
             # half of the in-window forgeries are PUTs: every one must be refused and counted
             counter_at_least $attack refused_writes "$(stat "$LOG" refused_writes)" $((inw / 2))
             needs_counter $attack refused_gets "forged GET requests outside registered memory must be answered with GetRefuse and counted (Stats::refused_gets)"
-            # Tag 255 indexed past Open MPI's callback table (a crash); it must be dropped.
-            if grep -q "fragment with tag 0xff: no PML callback" "$LOG"; then
-                pass "$attack: tag 255 dropped" "$(hfield "$TOOLLOG" bad_tags) sent"
-            else
-                fail "$attack: tag 255 dropped" "no 'fragment with tag 0xff' drop in the job's output"
-            fi ;;
+            # Tag 255 indexed past Open MPI's callback table, and 0x23 reached vader's handler
+            # (both crashes); they must be dropped.
+            for t in 0xff 0x23; do
+                if grep -q "fragment with tag $t: no PML callback" "$LOG"; then
+                    pass "$attack: tag $t dropped" "$(hfield "$TOOLLOG" bad_tags) bad tags sent"
+                else
+                    fail "$attack: tag $t dropped" "no 'fragment with tag $t' drop in the job's output"
+                fi
+            done ;;
     esac
 done
 
