@@ -18,8 +18,10 @@ dest="${DESTDIR:-}$prefix"
 
 cargo build --release --quiet
 install -D -m 0755 target/release/libusnic_rs.so "$dest/mca_btl_usnic.so"
-install -m 0644 help-mpi-btl-usnic.txt "$dest/help-mpi-btl-usnic.txt"
-echo "installed $dest/mca_btl_usnic.so and help-mpi-btl-usnic.txt"
+install -m 0644 help-mpi-btl-usnic-rs.txt "$dest/help-mpi-btl-usnic-rs.txt"
+# The name this file had before: left from an earlier install, it is no longer read.
+rm -f "$dest/help-mpi-btl-usnic.txt"
+echo "installed $dest/mca_btl_usnic.so and help-mpi-btl-usnic-rs.txt"
 
 if [ -n "${DESTDIR:-}" ]; then
     echo "DESTDIR set: skipping the demo run"

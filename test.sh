@@ -85,7 +85,7 @@ stage_plugin() {
     local comp="$logdir/components" sys
     mkdir -p "$comp"
     install -m 0755 target/release/libusnic_rs.so "$comp/mca_btl_usnic.so"
-    install -m 0644 help-mpi-btl-usnic.txt "$comp/help-mpi-btl-usnic.txt"
+    install -m 0644 help-mpi-btl-usnic-rs.txt "$comp/help-mpi-btl-usnic-rs.txt"
     sys=$(ompi_info --path pkglibdir --parsable | sed 's/^path:pkglibdir://')
     export OMPI_MCA_mca_component_path="$sys:$comp"
     ompi_info | grep 'MCA btl: usnic' || { echo "FAIL: ompi_info does not list the staged plugin"; return 1; }

@@ -52,7 +52,7 @@ int usnic_shim_convertor_pack(opal_convertor_t *conv, void **data, size_t *size)
 void usnic_shim_output(int level, const char *msg);
 /* Current btl_base_verbose level (framework verbosity). */
 int usnic_shim_verbose_level(void);
-/* Print a topic of help-mpi-btl-usnic.txt with printf-style arguments, framed as opal_show_help
+/* Print a topic of help-mpi-btl-usnic-rs.txt with printf-style arguments, framed as opal_show_help
  * frames it, once per process (the same text again prints nothing). Returns OPAL_ERR_NOT_FOUND,
  * printing nothing, when that file is neither next to the loaded plugin nor in Open MPI's data
  * directory (the caller then prints its fallback). */

@@ -116,7 +116,7 @@ fn outcome(h: &Host, within: Duration) -> Result<String, Box<Failure>> {
 fn help_file() -> String {
     std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/help-mpi-btl-usnic.txt"
+        "/help-mpi-btl-usnic-rs.txt"
     ))
     .unwrap()
 }

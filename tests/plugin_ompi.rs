@@ -25,10 +25,10 @@ fn workdir() -> &'static Path {
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(plugin_path(), &link).unwrap();
         // The help file beside the plugin, as installed (the plugin finds it there).
-        let help = d.join("components/help-mpi-btl-usnic.txt");
+        let help = d.join("components/help-mpi-btl-usnic-rs.txt");
         let _ = std::fs::remove_file(&help);
         std::os::unix::fs::symlink(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("help-mpi-btl-usnic.txt"),
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("help-mpi-btl-usnic-rs.txt"),
             &help,
         )
         .unwrap();
@@ -1396,6 +1396,68 @@ fn mpi_t_counters_count_sends() {
 /// the exhausted resource (not a generic libfabric failure), the BTL steps aside with one line,
 /// and the job still runs over tcp. Nothing else of ours is printed (no hang, no crash, no
 /// complaint from the connectivity checker, which never starts without an interface).
+/// An Open MPI built with the C original keeps its `help-mpi-btl-usnic.txt` in the data
+/// directory, which Open MPI searches first; its topics share our names but take other
+/// arguments (an int read as a string crashed MPI_Init). Ours has a name of its own.
+#[test]
+fn the_c_originals_help_file_in_the_data_directory_is_not_ours() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let data = workdir().join("opaldata");
+    let _ = std::fs::remove_dir_all(&data);
+    std::fs::create_dir_all(&data).unwrap();
+    for e in std::fs::read_dir("/usr/share/openmpi").unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_file() {
+            std::fs::copy(e.path(), data.join(e.file_name())).unwrap();
+        }
+    }
+    // The original's argument order for this topic: strings where ours has ints.
+    std::fs::write(
+        data.join("help-mpi-btl-usnic.txt"),
+        "[MTU mismatch]\nhost %s interface %s size %d peer %s size %d\n",
+    )
+    .unwrap();
+    let prog = workdir().join("pingpong");
+    let datadir = format!("OPAL_PKGDATADIR={}", data.display());
+    let mut c = ompi("mpirun");
+    c.args([
+        "--oversubscribe",
+        "--mca",
+        "pml",
+        "ob1",
+        "--mca",
+        "btl",
+        "usnic,self",
+    ]);
+    // One rank caps its datagrams, so the pair's sizes differ (the warning), over eth0.
+    c.args([
+        "-np",
+        "1",
+        "-x",
+        &datadir,
+        "-x",
+        "OMPI_MCA_btl_usnic_mtu=1000",
+    ]);
+    c.args(["-x", "OMPI_MCA_btl_usnic_if_exclude=lo"]);
+    c.arg(&prog).args(["4096", "3", ":"]);
+    c.args([
+        "-np",
+        "1",
+        "-x",
+        &datadir,
+        "-x",
+        "OMPI_MCA_btl_usnic_if_exclude=lo",
+    ]);
+    c.arg(&prog).args(["4096", "3"]);
+    let o = run(c, Duration::from_secs(120));
+    let (out, err) = succeeded(&o);
+    assert!(out.contains("OK: 0 errors"), "{out}");
+    assert!(
+        err.contains("Two usnic interfaces that talk to each other"),
+        "{err}"
+    );
+}
+
 #[test]
 fn mpi_t_reads_from_a_tool_thread_meet_progress_safely() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -1,4 +1,4 @@
-//! User-facing errors as Open MPI help messages (topics of `help-mpi-btl-usnic.txt`, rendered by
+//! User-facing errors as Open MPI help messages (topics of `help-mpi-btl-usnic-rs.txt`, rendered by
 //! Open MPI's show_help and printed by the process, once per process), with a fallback through
 //! [`log::error`](super::log::error) when the help file is not installed beside the plugin.
 use core::ffi::c_char;

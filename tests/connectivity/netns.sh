@@ -55,7 +55,7 @@ command -v python3 >/dev/null || cannot "python3 not found"
 cargo build --release --quiet || cannot "cargo build --release failed"
 mkdir -p "$WORK/components"
 ln -sf "$ROOT/target/release/libusnic_rs.so" "$WORK/components/mca_btl_usnic.so"
-ln -sf "$ROOT/help-mpi-btl-usnic.txt" "$WORK/components/help-mpi-btl-usnic.txt"
+ln -sf "$ROOT/help-mpi-btl-usnic-rs.txt" "$WORK/components/help-mpi-btl-usnic-rs.txt"
 mpicc -O2 -o "$WORK/ring" tests/connectivity/ring.c || cannot "mpicc ring.c failed"
 SYS=$(ompi_info --parsable --path pkglibdir | sed 's/^path:pkglibdir://')
 
@@ -147,10 +147,10 @@ blocks() {
     python3 - "$@" <<'PY'
 import sys, re
 log, topic, *vals = sys.argv[1:]
-help_text = open("help-mpi-btl-usnic.txt").read()
+help_text = open("help-mpi-btl-usnic-rs.txt").read()
 m = re.search(r"^\[" + re.escape(topic) + r"\]\n(.*?)^[#\[]", help_text, re.S | re.M)
 if not m:
-    sys.exit("topic %r missing from help-mpi-btl-usnic.txt" % topic)
+    sys.exit("topic %r missing from help-mpi-btl-usnic-rs.txt" % topic)
 it = iter(vals)
 body = re.sub(r"%[sd]", lambda _: next(it), m.group(1))
 rule = "-" * 74
@@ -165,14 +165,14 @@ expect_block() {
     n=$(blocks "$1" "$2" "$3" veth0 "$4" "$5" "$6" 40 "$7") && [ "$n" -ge 1 ]
 }
 # The text of a help topic's first line (to count its appearances whatever the values).
-first_line() { sed -n "/^\[$1\]\$/{n;p;q}" help-mpi-btl-usnic.txt; }
+first_line() { sed -n "/^\[$1\]\$/{n;p;q}" help-mpi-btl-usnic-rs.txt; }
 # The lines of LOG that are neither the program's PASS line, nor a framed help block of TOPIC
 # (any other framed block is reported whole), nor mpirun's count of repeated help messages.
 other_lines() {
     python3 - "$@" <<'PY'
 import sys, re
 log, topic = sys.argv[1:3]
-help_text = open("help-mpi-btl-usnic.txt").read()
+help_text = open("help-mpi-btl-usnic-rs.txt").read()
 first = re.search(r"^\[" + re.escape(topic) + r"\]\n(.*)$", help_text, re.M).group(1)
 rule = "-" * 74
 out, block = [], None

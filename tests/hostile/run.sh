@@ -11,7 +11,7 @@
 #        VALGRIND=1 runs every rank under valgrind (memcheck; any error fails the job).
 # Root only (AF_PACKET capture). Ends with "N passed, N failed"; exit status 1 on any failure.
 # Tests the plugin Open MPI loads: to test a build, stage it as test.sh's stage_plugin does
-# (OMPI_MCA_mca_component_path=<pkglibdir>:<dir with mca_btl_usnic.so + help-mpi-btl-usnic.txt>).
+# (OMPI_MCA_mca_component_path=<pkglibdir>:<dir with mca_btl_usnic.so + help-mpi-btl-usnic-rs.txt>).
 set -u
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)

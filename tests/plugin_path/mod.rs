@@ -25,7 +25,7 @@ pub fn plugin_path() -> PathBuf {
         "build.rs",
         "Cargo.toml",
         "mca_btl_usnic.c.shim",
-        "help-mpi-btl-usnic.txt",
+        "help-mpi-btl-usnic-rs.txt",
     ] {
         sources.push(root.join(f));
     }

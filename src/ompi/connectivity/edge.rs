@@ -15,7 +15,7 @@ use super::{render_help, Failure, SOCKET_NAME};
 use crate::ompi::log;
 
 /// The help texts as built, so the message never depends on where the file was installed.
-const HELP: &str = include_str!("../../../help-mpi-btl-usnic.txt");
+const HELP: &str = include_str!("../../../help-mpi-btl-usnic-rs.txt");
 /// How long a process waits for local rank 0 to create the agent's socket.
 const CONNECT_WAIT: Duration = Duration::from_secs(10);
 const RULE: &str = "--------------------------------------------------------------------------";

@@ -54,7 +54,7 @@ pub struct Failure {
 }
 
 impl Failure {
-    /// The help topic in `help-mpi-btl-usnic.txt`.
+    /// The help topic in `help-mpi-btl-usnic-rs.txt`.
     pub fn topic(&self) -> &'static str {
         match (self.small_ok, self.large_ok) {
             (true, _) => "connectivity error: small ok, large bad",

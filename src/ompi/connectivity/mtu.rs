@@ -97,7 +97,7 @@ mod tests {
 
     #[test]
     fn topic_text_names_both_ends_and_the_size_used() {
-        let help = include_str!("../../../help-mpi-btl-usnic.txt");
+        let help = include_str!("../../../help-mpi-btl-usnic-rs.txt");
         let p: Vec<String> = [
             "h1",
             "veth0",
