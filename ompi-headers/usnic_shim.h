@@ -8,6 +8,12 @@
 
 #include "opal_config.h"
 
+/* The structs and callbacks the shim and the Rust edge share are Open MPI 4.1's (BTL 3.1):
+ * 4.0's differ in places that still compile, 5.0's do not compile. Say so first. */
+#if OPAL_MAJOR_VERSION != 4 || OPAL_MINOR_VERSION != 1
+#error "usnic-rs is built for Open MPI 4.1 (BTL framework 3.1); these headers are another version"
+#endif
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
