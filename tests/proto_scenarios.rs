@@ -1187,7 +1187,7 @@ fn refused_write_of_a_get_reply_fails_the_get() {
 }
 
 #[test]
-fn one_failed_peer_leaves_the_others_alone_and_slots_are_reused() {
+fn one_failed_peer_leaves_the_others_alone_and_ids_are_not_reused() {
     let mut ca = cfg(1, 0);
     ca.peer_timeout = Duration::from_millis(250);
     let mut a = Engine::new(ca.clone()).unwrap();
@@ -1239,10 +1239,14 @@ fn one_failed_peer_leaves_the_others_alone_and_slots_are_reused() {
     assert_eq!(failed, 1);
     assert_eq!(delivered, 2_000, "B got everything while C failed");
     let _ = ba;
-    // Remove C and reuse its slot for D: nothing stale reaches D.
+    // Remove C and add D: D gets an id of its own, and nothing stale reaches it.
     a.remove_peer(t, ac);
     let ad = a.add_peer(t, cfg(4, 0).peer_info());
-    assert_eq!(ad, ac, "slot reused");
+    assert_ne!(ad, ac, "a removed peer's id is never given again");
+    assert!(
+        a.submit_send(t, ac, 1, vec![1], Cookie(8)).is_err(),
+        "C is gone"
+    );
     assert!(a.is_idle(ad));
     a.submit_send(t, ad, 1, vec![1], Cookie(7)).unwrap();
     let d = tx(&mut a, t, Channel::Priority);
@@ -2161,8 +2165,9 @@ fn a_peer_removed_during_its_turn_hands_the_channel_over() {
     assert_eq!(served(&mut a, &ids, 2), "BB");
     a.remove_peer(us(0), ids[0]);
     let b2 = a.add_peer(us(0), cfg(2, 0).peer_info());
-    assert_eq!(b2, ids[0], "slot reused");
+    assert_ne!(b2, ids[0], "a removed peer's id is never given again");
     send_to(&mut a, b2, 10_000);
     // B's place in the queue went with it: C's turn first, then the new B's.
+    let ids = [b2, ids[1], ids[2]];
     assert_eq!(served(&mut a, &ids, 6), "CCCBBB");
 }

@@ -335,8 +335,6 @@ fn remove_peers(m: &ModuleCell, peers: &[crate::proto::PeerId]) {
     for &p in peers {
         st.engine.remove_peer(now, p);
     }
-    st.drop_pending_to(peers);
-    st.regions.disown(peers);
     // Completions of what was still queued: free our descriptors, no callbacks. Deferred upcalls
     // naming a removed endpoint go too (it is freed below).
     let removed: Vec<*mut Endpoint> = peers.iter().map(|&p| st.endpoint_of(p)).collect();

@@ -102,18 +102,6 @@ impl Regions {
         id
     }
 
-    /// Regions registered for one of `peers`, which leave, admit nobody from now on: the core
-    /// gives a removed peer's id to the next peer added, which must not inherit them. They
-    /// stay until the PML deregisters them.
-    pub fn disown(&mut self, peers: &[PeerId]) {
-        for r in self.map.values_mut() {
-            if r.access.peer.is_some_and(|p| peers.contains(&p)) {
-                r.access.read = false;
-                r.access.write = false;
-            }
-        }
-    }
-
     /// Called only by `ModuleState::forget_region`, which first copies what GET replies still
     /// read from the region.
     pub fn remove_region(&mut self, id: u64) {
@@ -462,24 +450,6 @@ mod tests {
         y = unxorshift(y, 31).wrapping_mul(inverse(0x94D0_49BB_1331_11EB));
         y = unxorshift(y, 27).wrapping_mul(inverse(0xBF58_476D_1CE4_E5B9));
         unxorshift(y, 30).wrapping_sub(0x9E37_79B9_7F4A_7C15)
-    }
-
-    #[test]
-    fn a_leaving_peers_regions_admit_no_one_after_it() {
-        let mut r = Regions::new();
-        let (a, b) = (PeerId(1), PeerId(2));
-        let for_a = r.add(0x1000, 16, Access::from_flags(!0, Some(a)));
-        let for_b = r.add(0x2000, 16, Access::from_flags(!0, Some(b)));
-        let for_all = r.add(0x3000, 16, ANY);
-        r.disown(&[a]);
-        // The next peer added may be given a's id: it finds nothing of a's.
-        assert_eq!(r.write_target(a, for_a, 0, 1), None);
-        assert!(r.lend(Reader::Peer(a), for_a, 0, 1).is_none());
-        assert!(r.write_target(b, for_b, 0, 1).is_some());
-        assert!(
-            r.write_target(a, for_all, 0, 1).is_some(),
-            "registered for every peer"
-        );
     }
 
     #[test]

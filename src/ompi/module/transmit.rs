@@ -37,19 +37,6 @@ impl ModuleState {
         }
     }
 
-    /// Drops a datagram kept for retry (the socket was full) to one of `peers`, which leave:
-    /// the core may give a leaving peer's id to the next peer added, and the datagram would
-    /// then go to that peer's address.
-    pub fn drop_pending_to(&mut self, peers: &[PeerId]) {
-        for ch in CHANNELS {
-            let kept = &mut self.pending_tx[ch as usize];
-            if let Some((buf, _, _)) = kept.take_if(|(_, _, p)| peers.contains(p)) {
-                self.fabric.release_tx(ch, buf);
-                self.engine.handle_send_complete(ch);
-            }
-        }
-    }
-
     fn transmit_channel(&mut self, now: Instant, ch: Channel) {
         let ci = ch as usize;
         if let Some((buf, len, peer)) = self.pending_tx[ci].take() {
@@ -197,54 +184,5 @@ impl ModuleState {
                 true
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::fabric::{discover, parse_if_list, FabricConfig};
-    use crate::proto::{Config, Engine};
-
-    #[test]
-    fn a_datagram_kept_for_a_leaving_peer_is_dropped_with_its_buffer_and_credit() {
-        let cfg = FabricConfig {
-            if_include: parse_if_list("lo").unwrap(),
-            ..Default::default()
-        };
-        let dev = discover(&cfg).unwrap().into_iter().next().expect("lo");
-        let fabric = fabric::Module::open(&dev, &cfg).unwrap();
-        let mut st = ModuleState::new(fabric, Engine::new(Config::default()).unwrap());
-        let other = Config {
-            local_id: 7,
-            ..Config::default()
-        };
-        let now = Instant(0);
-        let peer = st.engine.add_peer(now, other.peer_info());
-        st.engine
-            .submit_send(now, peer, 1, vec![1u8; 8], crate::proto::Cookie(1))
-            .unwrap();
-        let ch = Channel::Priority;
-        let credits = st.engine.credits(ch);
-        // As `sent` keeps a datagram the full socket refused: its buffer taken, its credit
-        // spent.
-        let (buf, bytes) = st.fabric.tx_buffer(ch).expect("a free send buffer");
-        let len = st
-            .engine
-            .poll_transmit(now, ch, bytes)
-            .expect("the message")
-            .len;
-        assert_eq!(st.engine.credits(ch), credits - 1);
-        st.pending_tx[ch as usize] = Some((buf, len, PeerId(3)));
-        st.drop_pending_to(&[PeerId(1)]);
-        assert!(st.pending_tx[ch as usize].is_some(), "another peer's stays");
-        st.drop_pending_to(&[PeerId(2), PeerId(3)]);
-        assert!(st.pending_tx[ch as usize].is_none());
-        assert_eq!(st.engine.credits(ch), credits, "the credit came back");
-        assert_eq!(
-            st.fabric.tx_buffer(ch).map(|b| b.0),
-            Some(buf),
-            "the buffer is free again"
-        );
     }
 }

@@ -139,7 +139,10 @@ impl Engine {
     /// Registers a remote module. Its data-channel datagrams are sized
     /// `min(data_mtu, remote_data_mtu)`, never below `priority_mtu`. Datagrams are matched to
     /// peers by `remote_id`; registering a second peer with the same id redirects them to it.
-    /// Slots of removed peers are reused.
+    /// A removed peer's id is never given to another: what callers keep under an id (a datagram
+    /// waiting for a full socket, memory registered for that peer) must not pass to the next
+    /// peer added. A slot costs a few hundred bytes, and peers come and go only with dynamic
+    /// processes.
     pub fn add_peer(&mut self, now: Instant, info: PeerInfo) -> PeerId {
         self.commit_write();
         self.touch(now);
@@ -150,16 +153,8 @@ impl Engine {
             .max(self.cfg.priority_mtu);
         let remote_id = info.remote_id;
         let peer = Peer::new(now, info, mtu, &self.cfg);
-        let idx = match self.peers.iter().position(|p| p.is_none()) {
-            Some(i) => {
-                self.peers[i] = Some(peer);
-                i
-            }
-            None => {
-                self.peers.push(Some(peer));
-                self.peers.len() - 1
-            }
-        } as u32;
+        self.peers.push(Some(peer));
+        let idx = (self.peers.len() - 1) as u32;
         self.by_src.insert(remote_id, idx);
         PeerId(idx)
     }
