@@ -11,8 +11,6 @@ pub struct FabricConfig {
     pub if_include: Vec<IfFilter>,
     /// Drop matching interfaces. Must not be combined with `if_include`.
     pub if_exclude: Vec<IfFilter>,
-    /// At most this many devices (`btl_usnic_max_btls`); 0 = all.
-    pub max_modules: usize,
     /// Upper bound on the data-channel datagram size in bytes; 0 = no cap.
     pub mtu_cap: usize,
     /// Datagram size of the priority channel (the original's `max_tiny_msg_size`, 768).
@@ -46,7 +44,6 @@ impl Default for FabricConfig {
             provider: "udp".to_string(),
             if_include: Vec::new(),
             if_exclude: Vec::new(),
-            max_modules: 0,
             mtu_cap: 0,
             priority_mtu: 768,
             sd_num: -1,

@@ -282,8 +282,7 @@ fn keep(cfg: &FabricConfig, a: &Placed) -> bool {
 }
 
 /// The addresses (indexes into `addrs`, the provider's entries in its order) that become
-/// devices: those the filters keep, one per interface, at most `cfg.max_modules` (0 = all),
-/// in the provider's order. An interface's address is the one getifaddrs lists first among
+/// devices: those the filters keep, one per interface, in the provider's order. An interface's address is the one getifaddrs lists first among
 /// those kept: the kernel lists an interface's primary address (its source address of choice)
 /// before the others, whereas the udp provider lists them newest first, which put modules on
 /// the latest secondary address.
@@ -300,16 +299,13 @@ pub(crate) fn choose(cfg: &FabricConfig, addrs: &[Placed]) -> Vec<usize> {
         }
     }
     chosen.sort_unstable();
-    if cfg.max_modules > 0 {
-        chosen.truncate(cfg.max_modules);
-    }
     chosen
 }
 
 /// FI_EP_DGRAM devices of `cfg.provider`, IPv4 only, one per interface (address labels such
 /// as `eth0:1` folded into `eth0`; on its primary address, see [`choose`]), after
-/// include/exclude filtering, at most `cfg.max_modules` (0 = all), in the provider's order. Loopback interfaces are kept only when `include_loopback` is set or
-/// `if_include` matches them. No device at all is `Ok(vec![])`; setting both `if_include`
+/// include/exclude filtering, in the provider's order. Loopback interfaces are kept only when
+/// `include_loopback` is set or `if_include` matches them. No device at all is `Ok(vec![])`; setting both `if_include`
 /// and `if_exclude` is an error.
 pub fn discover(cfg: &FabricConfig) -> Result<Vec<DeviceInfo>, FabricError> {
     if !cfg.if_include.is_empty() && !cfg.if_exclude.is_empty() {
@@ -495,14 +491,6 @@ mod tests {
                 &[]
             ),
             vec![dev("usnic_0", [10, 3, 0, 2])]
-        );
-        let one = FabricConfig {
-            max_modules: 1,
-            ..with_lo()
-        };
-        assert_eq!(
-            chosen(&one, &PROVIDER, &HOST),
-            vec![dev("va", [10, 9, 9, 1])]
         );
     }
 }

@@ -102,7 +102,6 @@ fn fabric_config(s: &Settings) -> Result<FabricConfig, ParamError> {
         provider: s.provider.clone(),
         if_include: list("if_include", &s.if_include)?,
         if_exclude: list("if_exclude", &s.if_exclude)?,
-        max_modules: s.max_btls,
         mtu_cap: s.mtu,
         priority_mtu: s.priority_limit,
         sd_num: s.sd_num.map_or(-1, |v| v as i32),
@@ -270,12 +269,7 @@ fn usable_devices(
     cfg: &FabricConfig,
     my_host: &str,
 ) -> Result<Vec<fabric::DeviceInfo>, i32> {
-    // btl_usnic_max_btls counts the interfaces that are used, so not here.
-    let all = FabricConfig {
-        max_modules: 0,
-        ..cfg.clone()
-    };
-    let devices = match fabric::discover(&all) {
+    let devices = match fabric::discover(cfg) {
         Ok(d) => d,
         Err(e) => {
             return Err(decline_no_device(
@@ -285,7 +279,8 @@ fn usable_devices(
             ))
         }
     };
-    let (devices, small) = split_by_mtu(devices, cfg.max_modules);
+    // btl_usnic_max_btls counts the interfaces that are used.
+    let (devices, small) = split_by_mtu(devices, settings.max_btls);
     for d in &small {
         let if_mtu = match d.if_mtu {
             0 => "unknown".to_string(),
@@ -341,7 +336,7 @@ fn usable_devices(
 }
 
 /// The devices whose data datagrams hold the largest header with as much payload
-/// (`MIN_DATA_MTU`), at most `max` of them (0 = all), and those whose datagrams are smaller:
+/// (`MIN_DATA_MTU`), at most `max` of them, and those whose datagrams are smaller:
 /// the engine refuses such a data MTU, and one small interface must not decline the whole BTL
 /// when others can carry the job.
 fn split_by_mtu(
@@ -350,9 +345,7 @@ fn split_by_mtu(
 ) -> (Vec<fabric::DeviceInfo>, Vec<fabric::DeviceInfo>) {
     let (mut usable, small): (Vec<_>, Vec<_>) =
         devices.into_iter().partition(|d| d.mtu >= MIN_DATA_MTU);
-    if max > 0 {
-        usable.truncate(max);
-    }
+    usable.truncate(max);
     (usable, small)
 }
 
@@ -603,7 +596,7 @@ mod tests {
             ("eth0", 1472),
             ("eth1", MIN_DATA_MTU),
         ];
-        let (usable, small) = split_by_mtu(devs(&found), 0);
+        let (usable, small) = split_by_mtu(devs(&found), 64);
         assert_eq!(names(&usable), ["lo", "eth0", "eth1"]);
         assert_eq!(names(&small), ["vs"]);
         // btl_usnic_max_btls counts usable interfaces only.
