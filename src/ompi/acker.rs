@@ -9,8 +9,8 @@
 //! real progress call. PML callbacks therefore still run only on the application's threads.
 //! Its ACKs also stop the peers' retransmissions (lent sends complete on their own: `IDLE_NS`).
 //!
-//! While the thread exists every entry point takes the recursive lock (see `lock`), which is what
-//! makes its access to the module state sound.
+//! Every entry point takes the recursive lock in its guard (see `lock`), and so does this
+//! thread's pass, which is what makes its access to the module state sound.
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::thread::JoinHandle;
@@ -19,7 +19,6 @@ use std::time::Duration;
 use crate::fabric;
 
 use super::component::with_component;
-use super::lock;
 use super::log;
 
 /// A progress call within this long means the application is in MPI: stay out of the way.
@@ -74,18 +73,23 @@ fn run() {
         if now.saturating_sub(LAST_PROGRESS.load(Ordering::Relaxed)) < IDLE_NS {
             continue;
         }
-        let _g = lock::enter();
-        if STOP.load(Ordering::Relaxed) {
-            break;
-        }
-        // A panic here must not unwind out of the thread silently: count it like an entry point.
-        super::boundary::guard("ACK helper", (), || {
+        // Under the guard's lock: a pass that got the lock after close asked the thread to stop
+        // does nothing (and one after an internal error neither). A panic here must not unwind
+        // out of the thread silently: the guard counts it like an entry point's.
+        let stopped = super::boundary::guard("ACK helper", true, || {
+            if STOP.load(Ordering::Relaxed) {
+                return true;
+            }
             with_component(|c| {
                 let now = fabric::now();
                 for m in &c.modules {
                     m.service_in_background(now);
                 }
             });
+            false
         });
+        if stopped {
+            break;
+        }
     }
 }

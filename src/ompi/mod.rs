@@ -15,10 +15,10 @@
 //! the `btl_send` outcome rules), `stats` (MPI_T counters), `lock` (recursive lock + state cell),
 //! `acker` (ACK helper thread), `log`, `boundary`, `sys` (bindgen).
 //!
-//! Threads: with MPI_THREAD_MULTIPLE, or while the ACK helper thread runs (the default), every
-//! entry point takes one recursive lock (lock_api's `ReentrantMutex` over parking_lot's
-//! `RawMutex`, its owner named by `pthread_self`); PML callbacks run under it (as in the C
-//! original), so a callback may send on the same thread. The helper never calls Open MPI: it
+//! Threads: every entry point takes one recursive lock in its guard, at every thread level (the
+//! ACK helper thread and MPI_T readers share the state too; lock_api's `ReentrantMutex` over
+//! parking_lot's `RawMutex`, its owner named by `pthread_self`); PML callbacks run under it (as
+//! in the C original), so a callback may send on the same thread. The helper never calls Open MPI: it
 //! only lets the core acknowledge, deferring deliveries and completions to the next progress.
 //!
 //! Send completion: the core copies a fragment's bytes when it is submitted, so `btl_send`
@@ -47,6 +47,6 @@ mod stats_line;
 mod status;
 pub mod sys;
 
-/// Serializes unit tests that touch process-wide state (lock mode, sticky failure).
+/// Serializes unit tests that touch process-wide state (the sticky failure).
 #[cfg(test)]
 pub(crate) static TEST_SERIAL: parking_lot::Mutex<()> = parking_lot::Mutex::new(());

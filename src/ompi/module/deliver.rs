@@ -1,5 +1,7 @@
 //! Received fragments handed to the PML's active-message callbacks, with descriptors built on
 //! the stack over the bytes where they lie.
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::fabric::BufId;
 use crate::ompi::log;
 use crate::ompi::sys;
@@ -114,10 +116,33 @@ fn deliver_descriptor(
     // SAFETY: the descriptor and segments outlive the call; each segment's bytes are readable
     // (received datagrams not yet reposted, or owned buffers alive in the caller).
     let rc = unsafe { sys::usnic_shim_am_deliver(btl, tag, &mut des) };
-    if rc != 0 {
+    if rc != 0 && first_drop_of(tag) {
         let len: u64 = segments.iter().map(|s| s.seg_len).sum();
         log::error(&format!(
-            "dropped a {len}-byte fragment with tag {tag:#x}: no PML callback registered for it"
+            "dropped a {len}-byte fragment with tag {tag:#x}: no callback of the layers above \
+             the BTL takes that tag (further fragments with it are dropped without a word)"
         ));
+    }
+}
+
+/// Tags whose dropped fragments were reported: one line per tag, since a forged stream of them
+/// would otherwise fill the log.
+static DROPPED_TAGS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+
+fn first_drop_of(tag: u8) -> bool {
+    let bit = 1u64 << (tag % 64);
+    DROPPED_TAGS[tag as usize / 64].fetch_or(bit, Ordering::Relaxed) & bit == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_drop_of;
+
+    #[test]
+    fn a_dropped_tag_is_reported_once() {
+        assert!(first_drop_of(0x23));
+        assert!(!first_drop_of(0x23), "once per tag");
+        assert!(first_drop_of(0xff), "another tag, another word");
+        assert!(!first_drop_of(0xff));
     }
 }
