@@ -19,7 +19,7 @@ JOB_LIMIT=${JOB_LIMIT:-120}
 BRIDGE_ADDR=192.168.122.1/24
 export NC_NET=${NC_NET:-10.77.0}
 NC=${NC:-$("$ROOT/scripts/find-netns-cluster.sh")}
-# manyreq_on_two_hosts, usnic_final_lines.
+# two_hosts_for_manyreq, manyreq_on_two_hosts, usnic_final_lines.
 SUITE_DIR=$ROOT/tests/suite
 # shellcheck source=tests/suite/netns_lib.sh
 . "$SUITE_DIR/netns_lib.sh"
@@ -28,18 +28,12 @@ LOGDIR=$(mktemp -d /tmp/usnic-bridges.XXXXXX)
 # shellcheck source=tests/verdict.sh
 . "$ROOT/tests/verdict.sh"
 
-[ "$(id -u)" -eq 0 ] || { bad "needs root (network namespaces)"; finish; }
-[ -x "$NC" ] || { bad "netns-cluster.sh not found at $NC"; finish; }
-make -s -C tests/mpi >/dev/null 2>&1 || { bad "the MPI programs do not build (make -C tests/mpi)"; finish; }
-
-was_up=0
-ip netns list | grep -qw h1 && was_up=1
 log=$LOGDIR/setup.log
-"$NC" up 2 >"$log" 2>&1 || { bad "the netns cluster does not come up (log: $log)"; finish; }
+two_hosts_for_manyreq "$log"
 # shellcheck disable=SC2317  # run by the trap
 cleanup() {
     for i in 1 2; do ip -n "h$i" link del virbr0 2>/dev/null; done
-    [ "$was_up" = 1 ] || "$NC" down >/dev/null 2>&1
+    [ "$NC_WAS_UP" = 1 ] || "$NC" down >/dev/null 2>&1
 }
 trap cleanup EXIT
 for i in 1 2; do

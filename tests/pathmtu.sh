@@ -21,7 +21,7 @@ ROUTE_MTU=${ROUTE_MTU:-1200}
 JOB_LIMIT=${JOB_LIMIT:-180}
 export NC_NET=${NC_NET:-10.77.0}
 NC=${NC:-$("$ROOT/scripts/find-netns-cluster.sh")}
-# manyreq_on_two_hosts.
+# two_hosts_for_manyreq, manyreq_on_two_hosts.
 SUITE_DIR=$ROOT/tests/suite
 # shellcheck source=tests/suite/netns_lib.sh
 . "$SUITE_DIR/netns_lib.sh"
@@ -31,20 +31,14 @@ WARNING='takes no run of 1472-byte datagrams'
 # shellcheck source=tests/verdict.sh
 . "$ROOT/tests/verdict.sh"
 
-[ "$(id -u)" -eq 0 ] || { bad "needs root (network namespaces)"; finish; }
-[ -x "$NC" ] || { bad "netns-cluster.sh not found at $NC"; finish; }
-make -s -C tests/mpi >/dev/null 2>&1 || { bad "the MPI programs do not build (make -C tests/mpi)"; finish; }
-
 # The cluster is brought up here (and its routes capped) before tests/run-netns.sh reuses it; it is
 # taken down at the end unless it was up before.
-was_up=0
-ip netns list | grep -qw h1 && was_up=1
 log=$LOGDIR/setup.log
-"$NC" up 2 >"$log" 2>&1 || { bad "the netns cluster does not come up (log: $log)"; finish; }
+two_hosts_for_manyreq "$log"
 # shellcheck disable=SC2317  # run by the trap
 cleanup() {
     for i in 1 2; do ip -n "h$i" route del "$NC_NET.$((3 - i))/32" 2>/dev/null; done
-    [ "$was_up" = 1 ] || "$NC" down >/dev/null 2>&1
+    [ "$NC_WAS_UP" = 1 ] || "$NC" down >/dev/null 2>&1
 }
 trap cleanup EXIT
 for i in 1 2; do

@@ -82,6 +82,19 @@ manyreq_passed() {
     grep -q 'PASS manyreq\|manyreq *[0-9]* *PASS' "$1"
 }
 
+# two_hosts_for_manyreq LOG: the checks and set-up of a script that changes h1 and h2 and then
+# runs manyreq_on_two_hosts (it needs ok/bad/finish from tests/verdict.sh): root, the cluster
+# script, the MPI programs, and h1 and h2 up (their output in LOG). Sets NC_WAS_UP to 1 when a
+# cluster was up before, which the caller's cleanup then leaves up. Ends the script on failure.
+two_hosts_for_manyreq() {
+    [ "$(id -u)" -eq 0 ] || { bad "needs root (network namespaces)"; finish; }
+    [ -x "$NC" ] || { bad "netns-cluster.sh not found at $NC"; finish; }
+    make -s -C tests/mpi >/dev/null 2>&1 || { bad "the MPI programs do not build (make -C tests/mpi)"; finish; }
+    NC_WAS_UP=0
+    ip netns list | grep -qw h1 && NC_WAS_UP=1
+    "$NC" up 2 >"$1" 2>&1 || { bad "the netns cluster does not come up (log: $1)"; finish; }
+}
+
 # manyreq_on_two_hosts OUT [VAR=VALUE...]: tests/run-netns.sh manyreq with one rank on each of
 # h1 and h2 (left up), within $JOB_LIMIT seconds, its output in OUT and the given variables in its
 # environment. Sets CASE_DIR to the job's log directory; returns 1 with WHY set when the job did
