@@ -44,9 +44,11 @@ impl FabricError {
         }
     }
 
-    /// True for `-FI_EAGAIN`: resources are busy, retry after progress.
+    /// True for `-FI_EAGAIN`, and `-FI_ENOBUFS` (what the udp provider passes on from a full
+    /// socket's `sendto`, which our own socket sends already treat as full): resources are
+    /// busy, retry after progress.
     pub fn is_would_block(&self) -> bool {
-        self.code == sys::FI_EAGAIN as i32
+        self.code == sys::FI_EAGAIN as i32 || self.code == sys::FI_ENOBUFS as i32
     }
 }
 
@@ -90,5 +92,22 @@ pub(crate) fn check(call: &'static str, ret: i64) -> Result<(), FabricError> {
         Err(FabricError::from_ret(call, ret))
     } else {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_queue_or_socket_is_busy_and_other_errors_are_not() {
+        let busy = |ret: i64| FabricError::from_ret("fi_send", ret).is_would_block();
+        assert!(busy(-(sys::FI_EAGAIN as i64)));
+        assert!(
+            busy(-(sys::FI_ENOBUFS as i64)),
+            "a full socket under the udp provider"
+        );
+        assert!(!busy(-(sys::FI_EINVAL as i64)));
+        assert!(!busy(-(sys::FI_EMSGSIZE as i64)));
     }
 }
