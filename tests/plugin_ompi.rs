@@ -1458,6 +1458,33 @@ fn the_c_originals_help_file_in_the_data_directory_is_not_ours() {
     );
 }
 
+/// One rank's datagrams capped at 512 bytes, below the other's 768-byte priority datagrams:
+/// everything sent to it must fit its datagrams (the pair used to send it 768-byte data
+/// datagrams, all dropped as oversized, until the peer timeout ended the job).
+#[test]
+fn a_rank_with_datagrams_below_the_priority_size_is_reached() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let prog = workdir().join("pingpong");
+    let mut c = ompi("mpirun");
+    c.args([
+        "--oversubscribe",
+        "--mca",
+        "pml",
+        "ob1",
+        "--mca",
+        "btl",
+        "usnic,self",
+    ]);
+    c.args(["--mca", "btl_usnic_peer_timeout", "5000"]);
+    c.args(["-np", "1", "-x", "OMPI_MCA_btl_usnic_mtu=512"]);
+    c.arg(&prog).args(["1048576", "3", ":"]);
+    c.args(["-np", "1"]).arg(&prog).args(["1048576", "3"]);
+    let o = run(c, Duration::from_secs(120));
+    let (out, err) = succeeded(&o);
+    assert!(out.contains("OK: 0 errors"), "{out}");
+    assert!(err.contains("Size used:       512 bytes"), "{err}");
+}
+
 #[test]
 fn mpi_t_reads_from_a_tool_thread_meet_progress_safely() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

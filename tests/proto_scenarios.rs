@@ -1627,6 +1627,41 @@ fn an_ack_held_back_behind_many_refusals_goes_once_they_are_sent() {
     );
 }
 
+/// A peer whose datagrams are smaller than our priority size (its `btl_usnic_mtu` 512 against
+/// our 768-byte priority datagrams): nothing we send it may be larger than its datagrams, which
+/// its receive buffers are sized for. Raising the size to our priority size had every data
+/// datagram and every resend dropped there until the peer timeout.
+#[test]
+fn nothing_sent_to_a_peer_with_small_datagrams_exceeds_them() {
+    let small = Config {
+        data_mtu: 512,
+        priority_mtu: 512,
+        ..cfg(2, 200)
+    };
+    let mut p = pair_with(cfg(1, 100), small);
+    for (i, len) in [100, 460, 600, 5000].into_iter().enumerate() {
+        p.a.submit_send(us(0), p.ab, 1, vec![i as u8; len], Cookie(i as u64 + 1))
+            .unwrap();
+    }
+    let mut got = Vec::new();
+    for ch in [Channel::Priority, Channel::Data] {
+        for d in tx(&mut p.a, us(0), ch) {
+            assert!(d.len() <= 512, "a {}-byte datagram on {ch:?}", d.len());
+            match p.b.handle_datagram(us(10), ch, &d) {
+                RxOutcome::Deliver { payload, .. } => got.push(payload.len()),
+                RxOutcome::Consumed => {}
+                o => panic!("{o:?}"),
+            }
+        }
+    }
+    got.extend(events(&mut p.b).iter().filter_map(|e| match e {
+        Event::Deliver { data, .. } => Some(data.len()),
+        _ => None,
+    }));
+    got.sort_unstable();
+    assert_eq!(got, [100, 460, 600, 5000]);
+}
+
 #[test]
 fn get_never_answered_fails_with_the_peer() {
     let mut ca = cfg(1, 0);

@@ -46,6 +46,9 @@ pub struct Peer {
     pub failed: bool,
     /// Effective data-channel datagram size towards this peer.
     pub mtu: usize,
+    /// Priority-channel datagram size towards this peer: ours, but never above `mtu`, since a
+    /// peer whose data datagrams are smaller has priority buffers no larger than them.
+    pub prio_mtu: usize,
 
     // --- send direction
     pub sw: SendWindow,
@@ -166,6 +169,7 @@ impl Peer {
             info,
             failed: false,
             mtu,
+            prio_mtu: cfg.priority_mtu.min(mtu),
             sw: SendWindow::new(cfg.isn, window),
             hotel: Hotel::new(cap),
             rtt: Rtt::new(cfg.rto_initial, cfg.rto_min, cfg.rto_max),

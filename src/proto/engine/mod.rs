@@ -137,7 +137,9 @@ impl Engine {
     }
 
     /// Registers a remote module. Its data-channel datagrams are sized
-    /// `min(data_mtu, remote_data_mtu)`, never below `priority_mtu`. Datagrams are matched to
+    /// `min(data_mtu, remote_data_mtu)`, and its priority ones no larger: its receive buffers
+    /// are no larger than its datagrams (raising the size to our `priority_mtu`, as before,
+    /// had every datagram to a peer with smaller ones dropped as oversized). Datagrams are matched to
     /// peers by `remote_id`; registering a second peer with the same id redirects them to it.
     /// A removed peer's id is never given to another: what callers keep under an id (a datagram
     /// waiting for a full socket, memory registered for that peer) must not pass to the next
@@ -146,11 +148,13 @@ impl Engine {
     pub fn add_peer(&mut self, now: Instant, info: PeerInfo) -> PeerId {
         self.commit_write();
         self.touch(now);
+        // (A peer's own engine takes no data MTU below the minimum; its modex entry is only
+        // checked against a lower bound, so the minimum is the floor here too.)
         let mtu = self
             .cfg
             .data_mtu
             .min(info.remote_data_mtu)
-            .max(self.cfg.priority_mtu);
+            .max(super::config::MIN_DATA_MTU);
         let remote_id = info.remote_id;
         let peer = Peer::new(now, info, mtu, &self.cfg);
         self.peers.push(Some(peer));

@@ -51,8 +51,9 @@ impl Engine {
         idx
     }
 
-    /// Queue a PML fragment. Tiny ones (`<= max_tiny_payload()`) go on the priority channel,
-    /// others on the data channel, chunked when larger than one datagram to this peer.
+    /// Queue a PML fragment. Tiny ones (one datagram of the peer's priority size) go on the
+    /// priority channel, others on the data channel, chunked when larger than one datagram to
+    /// this peer.
     /// `SendComplete` follows when every byte is acknowledged. Lent bytes (`Payload::Lent`)
     /// are read until then and dropped before that event.
     pub fn submit_send(
@@ -74,7 +75,7 @@ impl Engine {
             return Err(SubmitError::TooLarge);
         }
         let id = if chunked { p.alloc_msg_id() } else { 0 };
-        let prio = len <= self.max_tiny_payload();
+        let prio = len <= p.prio_mtu - BASE_LEN;
         let op = Self::new_op(OpKind::Send { tag, chunked }, data, len as u32, id, cookie);
         self.enqueue(now, peer.0, op, prio);
         Ok(())

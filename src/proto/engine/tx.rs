@@ -111,7 +111,7 @@ impl Engine {
             });
             // The rest of the SACK bitmap, up to the highest arrival, as payload.
             let extra_bits = p.rw.sack_span().saturating_sub(32);
-            let room = (self.cfg.priority_mtu - BASE_LEN).min(MAX_ACK_MAP);
+            let room = (p.prio_mtu - BASE_LEN).min(MAX_ACK_MAP);
             let nbytes = extra_bits.div_ceil(8).min(room);
             h.payload_len = nbytes as u16;
             let n = h.emit(buf);
@@ -175,7 +175,7 @@ impl Engine {
             let Some(&idx) = q.front() else {
                 continue;
             };
-            let mtu = if prio { self.cfg.priority_mtu } else { p.mtu };
+            let mtu = if prio { p.prio_mtu } else { p.mtu };
             let Some(op) = p.ops.get_mut(idx) else {
                 q.pop_front();
                 self.ensure_ready(pid);
