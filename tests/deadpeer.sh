@@ -50,7 +50,11 @@ judge() {
     fi
 }
 
-# 1. one host, SIGKILL in the middle of large transfers
+# 1. one host, SIGKILL in the middle of large transfers: what a user sees end to end. mpirun itself
+# ends the job the moment a rank dies (its "exited on signal 9" line names rank 1), before the BTL
+# could; the BTL's own detection is case 2's. (With --enable-recovery, which leaves the survivor
+# to the BTL, a survivor blocked receiving from the dead rank with nothing of its own in flight to
+# it waits: the BTL declares a peer failed only when data for it goes unacknowledged.)
 log=$LOGDIR/kill.log
 timeout -k 5 "$JOB_LIMIT" mpirun -np 2 --bind-to none "${USNIC[@]}" "$PROG" -t 170 -s 20 >"$log" 2>&1 &
 job=$!
