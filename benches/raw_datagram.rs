@@ -243,7 +243,7 @@ fn message_sizes(mtu: usize) -> impl Iterator<Item = (usize, Vec<usize>)> {
 /// The datagram lengths of one `msg`-byte message cut into datagrams of at most `mtu` bytes.
 fn message_datagrams(msg: usize, mtu: usize) -> Vec<usize> {
     let mut lens = vec![mtu; msg / mtu];
-    if msg % mtu != 0 {
+    if !msg.is_multiple_of(mtu) {
         lens.push(msg % mtu);
     }
     lens
@@ -845,7 +845,7 @@ fn stream_to(addr_file: &str) {
                 &mut out,
             );
             // A message's datagrams leave together, as one transmit pass of the BTL's.
-            if lens.len() > 1 && (i as usize + 1) % lens.len() == 0 {
+            if lens.len() > 1 && (i as usize + 1).is_multiple_of(lens.len()) {
                 flush(&mut m);
             }
         }

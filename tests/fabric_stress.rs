@@ -14,7 +14,7 @@ const CHANNELS: [Channel; 2] = [Channel::Priority, Channel::Data];
 
 fn datagram(seq: u64, stream: u8, mtu: usize) -> Vec<u8> {
     // Lengths sweep the whole range, with a full-MTU datagram every 97th.
-    let len = if seq % 97 == 0 {
+    let len = if seq.is_multiple_of(97) {
         mtu
     } else {
         9 + (seq as usize * 131) % (mtu - 8)

@@ -1827,7 +1827,7 @@ fn nothing_to_transmit_when_the_engine_says_so() {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            if x % 10 == 0 {
+            if x.is_multiple_of(10) {
                 continue; // lost
             }
             let to = if from_a { &mut p.b } else { &mut p.a };

@@ -233,7 +233,7 @@ pub fn echo(m: &mut Module, to: &PeerAddr, mut stop: impl FnMut(&mut Module) -> 
             continue;
         }
         idle += 1;
-        if idle % 64 == 0 && (stop(m) || now().0 - last > ECHO_IDLE_NS) {
+        if idle.is_multiple_of(64) && (stop(m) || now().0 - last > ECHO_IDLE_NS) {
             return;
         }
         idle_wait();

@@ -57,7 +57,7 @@ impl Access {
     }
 
     fn admits(&self, peer: PeerId) -> bool {
-        self.peer.map_or(true, |p| p == peer)
+        self.peer.is_none_or(|p| p == peer)
     }
 }
 

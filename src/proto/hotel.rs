@@ -231,7 +231,7 @@ mod tests {
                             assert_eq!(o.2, occ);
                             stale.push(o.3);
                         }
-                        assert!(oracle.first().map_or(true, |o| o.0 > Instant(now)));
+                        assert!(oracle.first().is_none_or(|o| o.0 > Instant(now)));
                     }
                 }
                 assert_eq!(h.len(), oracle.len(), "round {round}");

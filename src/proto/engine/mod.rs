@@ -188,7 +188,7 @@ impl Engine {
 
     /// True when nothing is queued or unacknowledged for `peer` (unknown peers are idle).
     pub fn is_idle(&self, peer: PeerId) -> bool {
-        self.peer(peer).map_or(true, |p| !p.outstanding())
+        self.peer(peer).is_none_or(|p| !p.outstanding())
     }
 
     /// Entries kept for lent sends to `peer` waiting to be released (`Config::lent_hold`,

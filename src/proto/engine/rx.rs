@@ -91,7 +91,7 @@ impl Engine {
                 // chunk goes on to be answered as the duplicate it is.
                 Fit::Opens { within_limit } => within_limit || !p.rw.is_new(h.seq),
             },
-            Kind::GetReply => p.gets.get(&h.id).map_or(true, |g| g.len == h.total as u64),
+            Kind::GetReply => p.gets.get(&h.id).is_none_or(|g| g.len == h.total as u64),
             _ => true,
         };
         if !consistent {
