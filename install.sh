@@ -8,6 +8,8 @@
 #   DESTDIR=/stage ./install.sh  prefixes the install path, for packaging (the demo run is then skipped)
 set -euo pipefail
 cd "$(dirname "$0")"
+# rustup's cargo, also where a non-login shell has no ~/.cargo/bin on its PATH.
+export PATH="$HOME/.cargo/bin:$PATH"
 scripts/deps.sh
 
 prefix=${PREFIX:-$HOME/.openmpi/components}
