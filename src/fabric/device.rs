@@ -282,9 +282,10 @@ fn keep(cfg: &FabricConfig, a: &Placed) -> bool {
 }
 
 /// The addresses (indexes into `addrs`, the provider's entries in its order) that become
-/// devices: those the filters keep, one per interface, in the provider's order. An interface's address is the one getifaddrs lists first among
-/// those kept: the kernel lists an interface's primary address (its source address of choice)
-/// before the others, whereas the udp provider lists them newest first, which put modules on
+/// devices: those the filters keep, one per interface, in the provider's order. An
+/// interface's address is the one getifaddrs lists first among those kept: the kernel lists
+/// an interface's primary address (its source address of choice) before the others, whereas
+/// the udp provider lists them newest first, which put modules on
 /// the latest secondary address.
 pub(crate) fn choose(cfg: &FabricConfig, addrs: &[Placed]) -> Vec<usize> {
     let mut chosen: Vec<usize> = Vec::new();
@@ -305,8 +306,8 @@ pub(crate) fn choose(cfg: &FabricConfig, addrs: &[Placed]) -> Vec<usize> {
 /// FI_EP_DGRAM devices of `cfg.provider`, IPv4 only, one per interface (address labels such
 /// as `eth0:1` folded into `eth0`; on its primary address, see [`choose`]), after
 /// include/exclude filtering, in the provider's order. Loopback interfaces are kept only when
-/// `include_loopback` is set or `if_include` matches them. No device at all is `Ok(vec![])`; setting both `if_include`
-/// and `if_exclude` is an error.
+/// `include_loopback` is set or `if_include` matches them. No device at all is `Ok(vec![])`;
+/// setting both `if_include` and `if_exclude` is an error.
 pub fn discover(cfg: &FabricConfig) -> Result<Vec<DeviceInfo>, FabricError> {
     if !cfg.if_include.is_empty() && !cfg.if_exclude.is_empty() {
         return Err(FabricError::invalid(

@@ -351,7 +351,8 @@ pub extern "C" fn usnic_rs_flush(index: u32, endpoint: *mut mca_btl_base_endpoin
     })
 }
 
-/// The shared body of `usnic_rs_put` and `usnic_rs_get`: the guard (lock and panic boundary), the module.
+/// The shared body of `usnic_rs_put` and `usnic_rs_get`: the guard (lock and panic
+/// boundary), the module.
 fn rdma_entry(what: &str, index: u32, a: RdmaArgs, op: fn(&ModuleCell, RdmaArgs) -> i32) -> i32 {
     guard(what, OPAL_ERROR, || {
         with_module(index, |_, m| op(m, a)).unwrap_or(OPAL_ERR_BAD_PARAM)

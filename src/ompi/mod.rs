@@ -18,8 +18,9 @@
 //! Threads: every entry point takes one recursive lock in its guard, at every thread level (the
 //! ACK helper thread and MPI_T readers share the state too; lock_api's `ReentrantMutex` over
 //! parking_lot's `RawMutex`, its owner named by `pthread_self`); PML callbacks run under it (as
-//! in the C original), so a callback may send on the same thread. The helper never calls Open MPI: it
-//! only lets the core acknowledge, deferring deliveries and completions to the next progress.
+//! in the C original), so a callback may send on the same thread. The helper never calls Open
+//! MPI: it only lets the core acknowledge, deferring deliveries and completions to the next
+//! progress.
 //!
 //! Send completion: the core copies a fragment's bytes when it is submitted, so `btl_send`
 //! completes BTL-owned descriptors at once (return 1, or the callback inside `btl_send` when the

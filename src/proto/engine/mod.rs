@@ -139,8 +139,9 @@ impl Engine {
     /// Registers a remote module. Its data-channel datagrams are sized
     /// `min(data_mtu, remote_data_mtu)`, and its priority ones no larger: its receive buffers
     /// are no larger than its datagrams (raising the size to our `priority_mtu`, as before,
-    /// had every datagram to a peer with smaller ones dropped as oversized). Datagrams are matched to
-    /// peers by `remote_id`; registering a second peer with the same id redirects them to it.
+    /// had every datagram to a peer with smaller ones dropped as oversized). Datagrams are
+    /// matched to peers by `remote_id`; registering a second peer with the same id redirects
+    /// them to it.
     /// A removed peer's id is never given to another: what callers keep under an id (a datagram
     /// waiting for a full socket, memory registered for that peer) must not pass to the next
     /// peer added. A slot costs a few hundred bytes, and peers come and go only with dynamic
