@@ -285,8 +285,8 @@ fn keep(cfg: &FabricConfig, a: &Placed) -> bool {
 /// devices: those the filters keep, one per interface, in the provider's order. An
 /// interface's address is the one getifaddrs lists first among those kept: the kernel lists
 /// an interface's primary address (its source address of choice) before the others, whereas
-/// the udp provider lists them newest first, which put modules on
-/// the latest secondary address.
+/// the udp provider lists them newest first, which put modules on the latest secondary
+/// address.
 pub(crate) fn choose(cfg: &FabricConfig, addrs: &[Placed]) -> Vec<usize> {
     let mut chosen: Vec<usize> = Vec::new();
     for (i, a) in addrs.iter().enumerate() {
