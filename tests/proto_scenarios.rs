@@ -2206,3 +2206,68 @@ fn a_peer_removed_during_its_turn_hands_the_channel_over() {
     let ids = [b2, ids[1], ids[2]];
     assert_eq!(served(&mut a, &ids, 6), "CCCBBB");
 }
+
+#[test]
+fn a_put_completed_by_an_older_ack_still_waits_for_a_refusal_a_newer_one_counted() {
+    // A piggy-backed ACK names 32 segments past the cumulative point, a standalone one more.
+    // B refuses a middle segment of A's PUT after its standalone ACK named the tail; B's data
+    // then carries the newer ACK (barrier past the refusal) but not the tail. Processed
+    // first, it completes nothing; the older ACK completes the PUT, and its barrier must not
+    // let the PUT complete well before the refusal can arrive.
+    let mut p = pair();
+    p.a.submit_send(us(0), p.ab, 1, vec![5; 100], Cookie(1))
+        .unwrap();
+    let lost = tx(&mut p.a, us(0), Channel::Priority);
+    assert_eq!(
+        lost.len(),
+        1,
+        "the tiny send, lost: it holds the cumulative point back"
+    );
+    p.a.submit_put(us(0), p.ab, 9, 0, vec![1; 40 * 1400], Cookie(3))
+        .unwrap();
+    let put = tx(&mut p.a, us(0), Channel::Data);
+    assert!(put.len() > 34, "{} segments", put.len());
+    for (i, d) in put.iter().enumerate() {
+        if i != 1 {
+            assert!(matches!(
+                p.b.handle_datagram(us(10), Channel::Data, d),
+                RxOutcome::Write { .. }
+            ));
+        }
+    }
+    p.b.handle_timeout(us(100));
+    let old_ack = tx(&mut p.b, us(100), Channel::Priority);
+    assert_eq!(old_ack.len(), 1);
+    assert!(matches!(
+        p.b.handle_datagram(us(110), Channel::Data, &put[1]),
+        RxOutcome::Write { .. }
+    ));
+    p.b.refuse_write(us(110), p.ba);
+    p.b.submit_send(us(110), p.ba, 1, vec![6; 1000], Cookie(4))
+        .unwrap();
+    let newer = tx(&mut p.b, us(110), Channel::Data);
+    let (frag, refusal): (Vec<_>, Vec<_>) =
+        newer.into_iter().partition(|d| hdr(d).kind == Kind::Frag);
+    assert_eq!((frag.len(), refusal.len()), (1, 1));
+    assert!(
+        hdr(&frag[0]).ack.is_some(),
+        "the fragment carries B's newer ACK"
+    );
+    assert!(matches!(
+        p.a.handle_datagram(us(120), Channel::Data, &frag[0]),
+        RxOutcome::Deliver { .. }
+    ));
+    p.a.handle_datagram(us(121), Channel::Priority, &old_ack[0]);
+    assert!(
+        !events(&mut p.a)
+            .iter()
+            .any(|e| matches!(e, Event::PutComplete { .. })),
+        "the refusal B's newer ACK counted in is still to come"
+    );
+    p.a.handle_datagram(us(130), Channel::Data, &refusal[0]);
+    assert!(events(&mut p.a).contains(&Event::PutComplete {
+        peer: p.ab,
+        cookie: Cookie(3),
+        result: Err(Failure::RemoteRefused)
+    }));
+}

@@ -118,6 +118,11 @@ pub struct Peer {
     /// Put refusals queued without a sequence number yet: no acknowledgement information
     /// leaves for this peer until they have one (see `wire::AckInfo::snd_next`).
     pub refusals_unsent: u32,
+    /// The furthest `snd_next` of the peer's ACKs (extended, our receive direction). A PUT
+    /// completes only once the window has passed it, not just the completing ACK's: an older
+    /// ACK can complete a PUT after a newer one counted in a refusal of one of its segments
+    /// (a piggy-backed ACK names fewer segments than a standalone one).
+    pub ack_barrier: u32,
 
     // --- membership of the engine's work lists
     pub in_prio_ready: bool,
@@ -166,6 +171,8 @@ impl Peer {
         let cap = (window as usize).next_power_of_two();
         Peer {
             rw: RecvWindow::new(info.remote_isn),
+            // Where `rw` starts: nothing before it is owed.
+            ack_barrier: info.remote_isn as u32,
             info,
             failed: false,
             mtu,

@@ -46,7 +46,12 @@ impl Engine {
             received_twice(p, Seq(s), now, &mut self.stats);
         }
         let cum_next = Seq(ack.cum as u16).plus(1);
-        let barrier = ack.snd_next;
+        // Once the window has passed the barrier it holds nothing back, whatever replaces it
+        // (and it never falls 2^31 behind on a peer that only streams to us).
+        if ext_diff(ack.snd_next, p.ack_barrier) > 0 || ext_diff(p.rw.next(), p.ack_barrier) >= 0 {
+            p.ack_barrier = ack.snd_next;
+        }
+        let barrier = p.ack_barrier;
         let mut progress = d > 0;
         let echo = echoed_tx(p.tx_count, ack.echo);
         for _ in 0..d {
