@@ -716,9 +716,9 @@ fn invalid_parameters_show_help() {
             param(
                 "ack_delay",
                 "1000",
-                "must be below the retransmit timeout's floor, here 500 us (btl_usnic_rto_min, \
-                 0 = 500, at most btl_usnic_retrans_timeout): every delayed ACK would look like \
-                 a loss",
+                "must be below the retransmit timeout's floor, here 500 us (btl_usnic_rto_min; \
+                 its default, 500, at most btl_usnic_retrans_timeout): every delayed ACK would \
+                 look like a loss",
             ),
         ),
     ];

@@ -436,7 +436,7 @@ impl Settings {
                 self.ack_delay_us,
                 format!(
                     "must be below the retransmit timeout's floor, here {} us \
-                     (btl_usnic_rto_min, 0 = 500, at most btl_usnic_retrans_timeout): \
+                     (btl_usnic_rto_min; its default, 500, at most btl_usnic_retrans_timeout): \
                      every delayed ACK would look like a loss",
                     c.rto_min.0 / 1_000
                 ),
@@ -448,8 +448,8 @@ impl Settings {
                 self.peer_timeout_ms,
                 format!(
                     "must be at least the longest retransmit timeout, here {} ms \
-                     (200, or btl_usnic_retrans_timeout if longer)",
-                    c.rto_max.0 / 1_000_000
+                     (200, or btl_usnic_retrans_timeout or btl_usnic_rto_min if longer)",
+                    c.rto_max.0.div_ceil(1_000_000)
                 ),
             ));
         }
@@ -466,11 +466,15 @@ impl Settings {
     /// The engine configuration of one module whose data channel carries `data_mtu` bytes.
     pub fn engine_config(&self, data_mtu: usize, priority_mtu: usize) -> Config {
         let d = Config::default();
-        let rto_initial = Duration::from_micros(self.retrans_timeout_us);
-        let floor = if self.rto_min_us == 0 {
-            d.rto_min
+        let retrans = Duration::from_micros(self.retrans_timeout_us);
+        // A floor the user set holds from the first timeout on: it raises a lower initial
+        // timeout (it was capped by it, so `btl_usnic_rto_min 50000` gave a 5 ms floor).
+        // The core's default floor gives way to a lower initial timeout instead.
+        let (floor, rto_initial) = if self.rto_min_us == 0 {
+            (d.rto_min.min(retrans), retrans)
         } else {
-            Duration::from_micros(self.rto_min_us)
+            let f = Duration::from_micros(self.rto_min_us);
+            (f, retrans.max(f))
         };
         Config {
             data_mtu,
@@ -478,7 +482,7 @@ impl Settings {
             window: self.window,
             ack_delay: Duration::from_micros(self.ack_delay_us),
             rto_initial,
-            rto_min: floor.min(rto_initial),
+            rto_min: floor,
             rto_max: d.rto_max.max(rto_initial),
             max_resends_per_pass: self.max_resends_per_iteration,
             peer_timeout: Duration::from_millis(self.peer_timeout_ms),
@@ -592,10 +596,15 @@ pub(crate) mod tests {
             "a higher floor admits it"
         );
         p.retrans_timeout = 800;
+        assert!(
+            Settings::from_params(&p).is_ok(),
+            "the floor set raises the initial timeout"
+        );
+        (p.rto_min, p.retrans_timeout) = (0, 300);
         let e = Settings::from_params(&p).unwrap_err().to_string();
         assert!(
-            e.contains("here 800 us"),
-            "the floor is capped by the initial timeout: {e}"
+            e.contains("here 300 us"),
+            "the default floor is capped by the initial timeout: {e}"
         );
         let mut p = param_defaults();
         p.peer_timeout = 200;
@@ -605,6 +614,37 @@ pub(crate) mod tests {
         assert!(
             e.starts_with("btl_usnic_peer_timeout=200 is invalid") && e.contains("here 300 ms"),
             "{e}"
+        );
+        // The minimum named is one that is accepted.
+        p.retrans_timeout = 300_500;
+        let e = Settings::from_params(&p).unwrap_err().to_string();
+        assert!(e.contains("here 301 ms"), "{e}");
+        p.peer_timeout = 300;
+        assert!(Settings::from_params(&p).is_err());
+        p.peer_timeout = 301;
+        assert!(Settings::from_params(&p).is_ok());
+        let mut p = param_defaults();
+        (p.rto_min, p.peer_timeout) = (400_000, 300);
+        let e = Settings::from_params(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("here 400 ms"),
+            "a floor set lengthens the longest timeout: {e}"
+        );
+    }
+
+    #[test]
+    fn a_floor_set_above_the_initial_timeout_holds() {
+        let mut p = param_defaults();
+        p.rto_min = 50_000;
+        let c = Settings::from_params(&p).unwrap().engine_config(1472, 768);
+        assert_eq!(c.rto_min, Duration::from_millis(50));
+        assert_eq!(c.rto_initial, Duration::from_millis(50), "raised from 5 ms");
+        assert_eq!(c.rto_max, Duration::from_millis(200));
+        p.rto_min = 0;
+        let c = Settings::from_params(&p).unwrap().engine_config(1472, 768);
+        assert_eq!(
+            (c.rto_min, c.rto_initial),
+            (Duration::from_micros(500), Duration::from_millis(5))
         );
     }
 
