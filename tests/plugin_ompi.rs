@@ -1390,6 +1390,41 @@ fn mpi_t_counters_count_sends() {
     assert_eq!(grew.len(), 2, "one line per rank:\n{out}");
     // 100 messages sent by each rank, each at least one datagram.
     assert!(grew.iter().all(|&g| g >= 100), "{out}");
+    // Relative statistics lines change only the lines: the counters stay (they were not
+    // registered at all with it).
+    let o = mpirun(
+        2,
+        &[
+            "--mca",
+            "btl",
+            "usnic,self",
+            "--mca",
+            "btl_usnic_stats_relative",
+            "1",
+        ],
+        &["pvars"],
+    );
+    let (out, _) = succeeded(&o);
+    assert_eq!(out.matches("grew by ").count(), 2, "{out}");
+}
+
+/// `ompi_info` lists the MPI_T counters (they were registered only by an initialized BTL,
+/// which `ompi_info` never makes).
+#[test]
+fn ompi_info_lists_the_mpi_t_counters() {
+    let mut c = ompi("ompi_info");
+    c.args(["--param", "btl", "usnic", "--level", "9"]);
+    let o = run(c, Duration::from_secs(60));
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    for name in ["btl_usnic_num_total_sends", "btl_usnic_num_refused_gets"] {
+        let line =
+            format!("MCA btl usnic: performance \"{name}\" (type: unsigned_long, class: counter)");
+        assert!(
+            out.lines().any(|l| l.trim() == line),
+            "missing {line}\n{out}"
+        );
+    }
 }
 
 /// An absurd completion-queue size the provider cannot allocate: every interface is named with

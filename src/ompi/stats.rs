@@ -10,7 +10,7 @@ pub type Counter = (&'static str, &'static str, fn(&Stats) -> u64);
 pub const COUNTERS: &[Counter] = &[
     (
         "num_total_sends\0",
-        "Datagrams sent (first transmissions and retransmissions)\0",
+        "Datagrams sent (first transmissions, retransmissions and standalone ACKs)\0",
         |s| s.sends,
     ),
     ("num_resends\0", "Retransmissions (timeout + fast)\0", |s| {
@@ -77,13 +77,24 @@ pub const COUNTERS: &[Counter] = &[
     ),
     (
         "num_refused_writes\0",
-        "Emulated PUT/GET writes refused (outside registered memory)\0",
+        "Emulated PUT data and GET replies refused here (outside memory registered for the peer)\0",
         |s| s.refused_writes,
     ),
-    ("num_bytes_sent\0", "Payload bytes sent\0", |s| s.bytes_sent),
-    ("num_bytes_recvd\0", "Payload bytes received\0", |s| {
-        s.bytes_received
-    }),
+    (
+        "num_refused_gets\0",
+        "Emulated GET requests refused here (outside memory registered for the peer)\0",
+        |s| s.refused_gets,
+    ),
+    (
+        "num_bytes_sent\0",
+        "Bytes of datagrams sent (headers, retransmissions and ACKs included)\0",
+        |s| s.bytes_sent,
+    ),
+    (
+        "num_bytes_recvd\0",
+        "Bytes of datagrams received from known peers (headers, duplicates and ACKs included)\0",
+        |s| s.bytes_received,
+    ),
     (
         "num_peers_failed\0",
         "Peers declared failed (btl_usnic_peer_timeout)\0",
