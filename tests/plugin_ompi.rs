@@ -905,6 +905,12 @@ fn an_internal_error_ends_the_job_with_its_message() {
     );
     assert!(!err.contains("rank 1: internal error"), "{err}");
     assert!(!err.contains("stopped hearing from a peer"), "{err}");
+    // Where it happened, on a line that names the rank; not Rust's own lines, which name none.
+    assert!(
+        err.contains("rank 0: internal error (a Rust panic) at src/ompi/"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked at"), "{err}");
     let took = start.elapsed();
     assert!(took < Duration::from_secs(15), "{took:?}\n{err}");
 }

@@ -57,6 +57,28 @@ pub fn guard<R>(what: &str, on_failure: R, f: impl FnOnce() -> R) -> R {
     }
 }
 
+/// Replaces Rust's default panic output, whose lines name no rank (and under `RUST_BACKTRACE`
+/// add a backtrace without one), by lines of our log: where the panic happened, and the
+/// backtrace if one was asked for. `guard` then prints what it was doing and the message. The
+/// hook belongs to this library's copy of std: other Rust code in the process keeps its own.
+pub fn log_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        std::panic::set_hook(Box::new(|info| {
+            let at = info
+                .location()
+                .map_or_else(|| "an unknown place".into(), |l| l.to_string());
+            log::error(&format!("internal error (a Rust panic) at {at}"));
+            let trace = std::backtrace::Backtrace::capture();
+            if trace.status() == std::backtrace::BacktraceStatus::Captured {
+                for line in trace.to_string().lines() {
+                    log::error(line);
+                }
+            }
+        }))
+    });
+}
+
 fn end_job(line: &str) {
     if !cfg!(test) {
         super::component::end_job_after_internal_error(line);

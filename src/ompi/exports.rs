@@ -55,9 +55,11 @@ pub unsafe extern "C" fn usnic_rs_param_defaults(out: *mut usnic_rs_params_t) {
     })
 }
 
-/// Component open: nothing to do before the parameters are known.
+/// Component open: our panic output from now on; nothing else to do before the parameters are
+/// known.
 #[no_mangle]
 pub extern "C" fn usnic_rs_component_open() -> i32 {
+    super::boundary::log_panics();
     guard("component open", OPAL_ERROR, || OPAL_SUCCESS)
 }
 
