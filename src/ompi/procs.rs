@@ -107,7 +107,7 @@ pub fn add_procs(
             continue;
         };
         let e = &theirs[j];
-        let ep = match connect(m, p, jobid, vpid, host, e) {
+        let ep = match connect(m, p, (jobid, vpid, i_am_first), host, e) {
             Ok(ep) => ep,
             Err(msg) => {
                 log::error(&msg);
@@ -187,8 +187,7 @@ pub fn add_procs(
 fn connect(
     m: &ModuleCell,
     p: *mut sys::opal_proc_t,
-    jobid: u32,
-    vpid: u32,
+    (jobid, vpid, i_am_first): (u32, u32, bool),
     host: String,
     e: &ModexEntry,
 ) -> Result<*mut Endpoint, String> {
@@ -219,6 +218,7 @@ fn connect(
             datagram: e.data_mtu,
         },
         (m.entry.ipv4, e.ipv4),
+        i_am_first,
     );
     let now = fabric::now();
     let peer = st.engine.add_peer(

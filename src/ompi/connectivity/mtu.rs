@@ -34,20 +34,20 @@ pub fn used(local: u32, remote: u32) -> u32 {
 }
 
 /// True when this end reports a mismatch: both ends see it, and both know everything the
-/// message names, so only the end with the lower address speaks (the higher one too when the
-/// addresses are equal, which two hosts' interfaces never are). One message per pair instead of
-/// two: every process meets its peers at the same moment (add_procs), and Open MPI 4.1.4's
-/// mpirun garbles help messages that reach it together, so the message cannot go to mpirun
-/// for aggregation; each process prints its own.
-pub fn reports(local: Ipv4Addr, remote: Ipv4Addr) -> bool {
-    u32::from(local) <= u32::from(remote)
+/// message names, so only the end with the lower address speaks, or, when the addresses are
+/// equal (two processes on one host over `lo`), the one `i_am_first` (the lower rank). One
+/// message per pair instead of two: every process meets its peers at the same moment
+/// (add_procs), and Open MPI 4.1.4's mpirun garbles help messages that reach it together, so
+/// the message cannot go to mpirun for aggregation; each process prints its own.
+pub fn reports(local: Ipv4Addr, remote: Ipv4Addr, i_am_first: bool) -> bool {
+    (u32::from(local), !i_am_first) < (u32::from(remote), i_am_first)
 }
 
 /// Warns when the two ends' datagram sizes differ (once per local interface and remote host,
-/// from the end with the lower address).
-pub fn check(local: &End<'_>, remote: &End<'_>, addrs: (Ipv4Addr, Ipv4Addr)) {
+/// from one end of the pair, see `reports`).
+pub fn check(local: &End<'_>, remote: &End<'_>, addrs: (Ipv4Addr, Ipv4Addr), i_am_first: bool) {
     if local.datagram == remote.datagram
-        || !reports(addrs.0, addrs.1)
+        || !reports(addrs.0, addrs.1, i_am_first)
         || !first_time(local.interface, remote.host)
     {
         return;
@@ -82,9 +82,13 @@ mod tests {
     #[test]
     fn the_lower_address_reports() {
         let (a, b) = (Ipv4Addr::new(10, 77, 0, 1), Ipv4Addr::new(10, 77, 0, 2));
-        assert!(reports(a, b));
-        assert!(!reports(b, a));
-        assert!(reports(a, a));
+        for first in [true, false] {
+            assert!(reports(a, b, first));
+            assert!(!reports(b, a, first));
+        }
+        // One host: exactly one of the two processes.
+        assert!(reports(a, a, true));
+        assert!(!reports(a, a, false));
     }
 
     #[test]
