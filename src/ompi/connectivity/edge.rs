@@ -78,6 +78,7 @@ pub fn start(s: Setup<'_>) -> bool {
         let cfg = AgentConfig {
             socket_path: path.clone(),
             hostname: s.hostname.to_string(),
+            // 0 (the original resent on every pass) is the shortest wait the agent has.
             ack_timeout: Duration::from_millis(u64::from(s.ack_timeout_ms.max(1))),
             retries: s.retries.max(1),
             report_within: Duration::from_millis(s.peer_timeout_ms) * 3 / 4,
