@@ -102,7 +102,8 @@ typedef struct {
 void usnic_rs_param_defaults(usnic_rs_params_t *out);
 
 /*
- Component open: nothing to do before the parameters are known.
+ Component open: our panic output from now on; nothing else to do before the parameters are
+ known.
  */
 int32_t usnic_rs_component_open(void);
 
