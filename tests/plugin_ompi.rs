@@ -1495,7 +1495,8 @@ fn the_c_originals_help_file_in_the_data_directory_is_not_ours() {
     assert!(out.contains("OK: 0 errors"), "{out}");
     // Both ends know the mismatch; on one host (equal addresses) only the lower rank says it.
     assert_eq!(
-        err.matches("Two usnic interfaces that talk to each other").count(),
+        err.matches("Two usnic interfaces that talk to each other")
+            .count(),
         1,
         "{err}"
     );
@@ -1566,7 +1567,7 @@ fn exhausted_resource_is_named() {
              Error:       Cannot allocate memory (12)\n  \
              Effect:      this interface is not used; other interfaces or BTLs may carry the job\n\
              \nCheck btl_usnic_sd_num, btl_usnic_rd_num, btl_usnic_prio_sd_num,\n\
-             btl_usnic_prio_rd_num and btl_usnic_cq_num (-1 lets the provider choose),\n\
+             btl_usnic_prio_rd_num and btl_usnic_cq_num (-1 = automatic),\n\
              the locked-memory limit (\"ulimit -l\"; it should be unlimited), the\n\
              memory of the host, and the number of processes per host."
         )
