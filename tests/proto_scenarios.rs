@@ -2271,3 +2271,52 @@ fn a_put_completed_by_an_older_ack_still_waits_for_a_refusal_a_newer_one_counted
         result: Err(Failure::RemoteRefused)
     }));
 }
+
+/// A lost data segment with nothing sent after it on the data channel times out although the
+/// peer keeps acknowledging tiny messages on the priority channel more often than once per
+/// RTO: only a new acknowledgement on its own channel says it may still be queued behind
+/// others (it was re-armed from every priority ACK until the window filled, 0.8 s here).
+#[test]
+fn a_lost_data_segment_times_out_while_priority_traffic_is_acknowledged() {
+    let mut p = pair();
+    p.a.submit_send(us(0), p.ab, 1, vec![5; 1000], Cookie(1))
+        .unwrap();
+    let lost = tx(&mut p.a, us(0), Channel::Data);
+    assert_eq!(lost.len(), 1, "lost");
+    let lost_seq = hdr(&lost[0]).seq;
+    let mut resent_at = None;
+    let mut t = 0;
+    let mut cookie = 100;
+    while t < 200_000 && resent_at.is_none() {
+        t += 200;
+        p.a.handle_timeout(us(t));
+        for d in tx(&mut p.a, us(t), Channel::Data) {
+            if hdr(&d).seq == lost_seq {
+                resent_at = Some(t);
+            }
+            p.b.handle_datagram(us(t + 5), Channel::Data, &d);
+        }
+        if p.a
+            .submit_send(us(t), p.ab, 2, b"x".to_vec(), Cookie(cookie))
+            .is_ok()
+        {
+            cookie += 1;
+        }
+        for d in tx(&mut p.a, us(t), Channel::Priority) {
+            p.b.handle_datagram(us(t + 5), Channel::Priority, &d);
+        }
+        p.b.handle_timeout(us(t + 40));
+        for d in tx(&mut p.b, us(t + 40), Channel::Priority) {
+            p.a.handle_datagram(us(t + 50), Channel::Priority, &d);
+        }
+        events(&mut p.a);
+        events(&mut p.b);
+    }
+    // Its timeout is at most the initial RTO (5 ms, no sample of the data channel yet) after
+    // it went out.
+    assert!(
+        resent_at.is_some_and(|r| r <= 10_000),
+        "resent at {resent_at:?} us, after {} tiny messages",
+        cookie - 100
+    );
+}

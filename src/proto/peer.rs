@@ -84,10 +84,13 @@ pub struct Peer {
     pub dsacks: VecDeque<u16>,
     /// Last acknowledgement progress (or the start of outstanding work).
     pub last_progress: Instant,
-    /// Last time the peer acknowledged a segment it had not acknowledged before (GET reply
-    /// data and new work do not count, unlike for `last_progress`). A segment that may still
-    /// wait in a queue behind the ones being acknowledged times out only an RTO after it.
-    pub acked_at: Instant,
+    /// Last time the peer acknowledged a segment it had not acknowledged before, by the
+    /// channel that segment went on (`[data, priority]`, like `acked_tx`; GET reply data and
+    /// new work do not count, unlike for `last_progress`). A segment that may still wait in a
+    /// queue behind the ones being acknowledged times out only an RTO after the latest on its
+    /// channel: acknowledged tiny messages say nothing of a data queue (they re-armed a lost
+    /// data segment until the window filled).
+    pub acked_at: [Instant; 2],
     /// The latest transmission the peer has acknowledged, by the channel it went on
     /// (`[data, priority]`, indexed by `SegRec::prio`): only a segment transmitted after it on
     /// the same channel can still be queued behind it (a priority datagram may overtake data).
@@ -195,7 +198,7 @@ impl Peer {
             resent: VecDeque::new(),
             dsacks: VecDeque::new(),
             last_progress: now,
-            acked_at: now,
+            acked_at: [now; 2],
             acked_tx: [0; 2],
             next_msg_id: 1,
             next_request: 1,

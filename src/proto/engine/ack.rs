@@ -104,7 +104,6 @@ impl Engine {
         progress |= sack_new;
         if progress {
             p.last_progress = now;
-            p.acked_at = now;
             p.rtt.backoff = 0;
         } else if p.sw.in_flight() > 0 {
             self.stats.dup_acks += 1;
@@ -149,6 +148,7 @@ fn delivered(
     let tx = if rec.prio { rec.tx } else { rec.tx.min(echo) };
     let acked = &mut p.acked_tx[rec.prio as usize];
     *acked = (*acked).max(tx);
+    p.acked_at[rec.prio as usize] = now;
     if !rec.retx {
         p.rtt.sample(rtt);
     } else if rec.fast {

@@ -35,7 +35,7 @@ impl Engine {
             // (it was transmitted after them), one round trip later.
             //
             // A segment transmitted after every one the peer has acknowledged on its channel
-            // times out only an RTO after the peer's latest new acknowledgement (RFC 6298, 5.3:
+            // times out only an RTO after the peer's latest new acknowledgement there (RFC 6298, 5.3:
             // the timer restarts when new data is acknowledged): while those keep coming, the
             // segments ahead of it are still draining from a queue (a link slower than the
             // sender). Once one transmitted after it on its channel is acknowledged, it is not
@@ -51,7 +51,7 @@ impl Engine {
             while let Some(seq) = p.hotel.pop_expired(now) {
                 let s = crate::proto::seq::Seq(seq as u16);
                 let r = p.sw.get(s);
-                let due = r.sent_at.max(p.acked_at) + rto;
+                let due = r.sent_at.max(p.acked_at[r.prio as usize]) + rto;
                 if r.tx > p.acked_tx[r.prio as usize] && due > now {
                     self.rearm.push((s, due));
                     continue;
