@@ -10,11 +10,18 @@ use core::ptr;
 use super::endpoint::Endpoint;
 use super::sys;
 
+/// A frag between `get` and `put` ("usnicFrg"): what another BTL's descriptor, whose bytes
+/// past the descriptor are its own, is unlikely to hold there.
+const LIVE: u64 = 0x7573_6e69_6346_7267;
+
 #[repr(C)]
 pub struct Frag {
     /// Must stay first: the descriptor pointer and the frag pointer are the same address.
     pub des: sys::mca_btl_base_descriptor_t,
     pub segs: [sys::mca_btl_base_segment_t; 2],
+    /// `LIVE` from `get` to `put`: a descriptor the PML frees or sends twice, or one of
+    /// another BTL's, is refused instead of corrupting the pool (see `is_live`).
+    mark: u64,
     /// Index of the module that made it (checked on every use).
     pub module: u32,
     pub endpoint: *mut Endpoint,
@@ -35,10 +42,22 @@ impl Frag {
             des: unsafe { core::mem::zeroed() },
             // SAFETY: as above, segments are {pointer union, length}.
             segs: unsafe { core::mem::zeroed() },
+            mark: 0,
             module,
             endpoint: ptr::null_mut(),
             buf: Vec::new(),
         })
+    }
+
+    /// Whether `f` is a frag of `module` between `get` and `put`. A frag given back is kept in
+    /// the pool (up to `POOL_MAX`), so reading a second free's mark reads pooled memory;
+    /// beyond that, and for another BTL's descriptor, this only makes misuse unlikely to pass.
+    ///
+    /// # Safety
+    /// `f` must point to readable memory at least as large as a `Frag`.
+    pub unsafe fn is_live(f: *const Frag, module: u32) -> bool {
+        // SAFETY: readable per the contract.
+        unsafe { (*f).mark == LIVE && (*f).module == module }
     }
 
     /// Point the descriptor at this frag's segments (the frag never moves: it is boxed).
@@ -127,6 +146,7 @@ impl FragPool {
         spare: impl FnOnce(usize) -> Vec<u8>,
     ) -> *mut Frag {
         let mut f = self.free.pop().unwrap_or_else(|| Frag::blank(module));
+        f.mark = LIVE;
         f.module = module;
         f.endpoint = endpoint;
         if f.buf.capacity() < seg0 {
@@ -158,6 +178,7 @@ impl FragPool {
         // SAFETY: per the contract, `f` is a live Box leaked by `get`.
         let mut b = unsafe { Box::from_raw(f) };
         self.live = self.live.saturating_sub(1);
+        b.mark = 0;
         let big = (b.buf.capacity() > KEEP_CAPACITY).then(|| core::mem::take(&mut b.buf));
         b.endpoint = ptr::null_mut();
         if self.free.len() < POOL_MAX {
@@ -270,6 +291,28 @@ mod tests {
             let h = pool.get(0, ptr::null_mut(), 3, 0, 255, |_| panic!("no spare needed"));
             assert_eq!((*h).buf, b"123");
             assert!(pool.put(h).is_none());
+        }
+    }
+
+    #[test]
+    fn only_a_frag_in_use_of_its_module_is_live() {
+        let mut pool = FragPool::default();
+        let f = pool.get(3, ptr::null_mut(), 8, 0, 255, |n| vec![0; n]);
+        // SAFETY: f is live, then pooled (still allocated: the pool keeps it); `other` is an
+        // aligned buffer at least as large as a frag.
+        unsafe {
+            assert!(Frag::is_live(f, 3));
+            assert!(!Frag::is_live(f, 2), "another module's");
+            assert!(pool.put(f).is_none());
+            assert!(
+                !Frag::is_live(f, 3),
+                "freed: a second free or a send is refused"
+            );
+            let other = vec![0xa5a5_a5a5_a5a5_a5a5u64; core::mem::size_of::<Frag>() / 8 + 1];
+            assert!(!Frag::is_live(other.as_ptr().cast(), 3), "another BTL's");
+            let g = pool.get(3, ptr::null_mut(), 8, 0, 255, |n| vec![0; n]);
+            assert!(Frag::is_live(g, 3), "in use again");
+            assert!(pool.put(g).is_none());
         }
     }
 }

@@ -48,8 +48,12 @@ pub fn free(m: &ModuleCell, des: *mut sys::mca_btl_base_descriptor_t) -> i32 {
         return OPAL_ERR_BAD_PARAM;
     }
     let f = des.cast::<Frag>();
-    // SAFETY: the PML frees descriptors this module gave it; `module` was set by `get`.
-    if unsafe { (*f).module } != m.index {
+    // SAFETY: the PML frees descriptors this module gave it, which are frags.
+    if !unsafe { Frag::is_live(f, m.index) } {
+        log::error(&format!(
+            "btl_free of {des:p}, which is not a descriptor of this module in use (freed \
+             twice, or another BTL's): refused"
+        ));
         return OPAL_ERR_BAD_PARAM;
     }
     // SAFETY: the PML gives up the descriptor with this call.
@@ -156,7 +160,11 @@ pub fn send(
     let f = des.cast::<Frag>();
     // SAFETY: a descriptor of this module handed back by the PML for sending.
     let flags = unsafe {
-        if (*f).module != m.index {
+        if !Frag::is_live(f, m.index) {
+            log::error(&format!(
+                "btl_send of {des:p}, which is not a descriptor of this module in use (freed, \
+                 or another BTL's): refused"
+            ));
             return OPAL_ERR_BAD_PARAM;
         }
         (*f).endpoint = e as *const _ as *mut Endpoint;
