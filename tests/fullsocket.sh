@@ -7,11 +7,14 @@
 #      the udp channels send every datagram on the socket themselves (sendto, or sendmsg with the
 #      payload read in place, which a refusal makes copy behind the header);
 #   2. two netns hosts with tbf at 50 Mbit/s on every host's egress: batched sends (btl_usnic_gso);
-#   3. the same with btl_usnic_gso 0: sends through the udp provider (fi_send, fi_inject).
+#   3. the same with btl_usnic_gso 0: sends through the udp provider (fi_send, fi_inject);
+#   4. one host, a private namespace's lo with an nftables rule dropping 2 % of outgoing UDP: the
+#      kernel refuses those sends for good (EPERM), lone datagrams of 65507 bytes and, with
+#      btl_usnic_mtu 1472, batches; they are lost like on a wire, repaired, and counted.
 # Each case runs manyreq (sends and receives in flight both ways, mixed sizes, every byte checked),
 # which must pass, and the ranks' final statistics lines must show refusals on the path the case
-# names (busy_sends or busy_batches above 0): a case whose sockets never filled tested nothing, and
-# fails. `btl_usnic_sd_num 16` keeps each socket's send buffer smaller than what the qdisc holds
+# names (busy_sends or busy_batches above 0; lost_sends for case 4): a case whose sockets never
+# filled (or never refused) tested nothing, and fails. `btl_usnic_sd_num 16` keeps each socket's send buffer smaller than what the qdisc holds
 # (the buffer is sized for sd_num datagrams), so the socket fills before the qdisc drops.
 # Root only. Ends with `N passed, N failed`; exit non-zero on failure.
 #
@@ -104,4 +107,40 @@ hosts() {
 hosts "two hosts, tbf $RATE_HOSTS: batched sends" busy_batches
 hosts "two hosts, tbf $RATE_HOSTS, btl_usnic_gso 0: sends through the provider" busy_sends \
     --mca btl_usnic_gso 0 --mca btl_usnic_gro 0
+
+# 4. sends refused for good: one host, lo of a private namespace, nftables dropping on output
+refused() {
+    local name=$1 log=$LOGDIR/$2.log rc
+    shift 2
+    ns=usnicrs-refused-$$
+    if ! ip netns add "$ns" 2>"$log"; then
+        bad "$name: cannot create a network namespace (log: $log)"
+    elif ! { ip -n "$ns" link set lo up &&
+        ip netns exec "$ns" nft -f - <<'EOF'
+table inet usnicrs {
+    chain out {
+        type filter hook output priority 0;
+        meta l4proto udp numgen random mod 100 < 2 drop
+    }
+}
+EOF
+    } >>"$log" 2>&1; then
+        bad "$name: cannot add the nftables rule in the namespace (log: $log)"
+    else
+        ip netns exec "$ns" timeout -k 5 "$JOB_LIMIT" mpirun -np 2 --bind-to none \
+            --mca oob_tcp_if_include lo --mca pml ob1 --mca btl usnic,self \
+            --mca btl_usnic_if_include lo -x FI_UDP_IFACE=lo --mca btl_usnic_stats 3600 "$@" \
+            "$PROG" -t $((JOB_LIMIT - 15)) >"$log" 2>&1
+        rc=$?
+        judge "$name" "$rc" "$log" lost_sends "$log"
+    fi
+    ip netns del "$ns" 2>/dev/null
+}
+if command -v nft >/dev/null; then
+    refused "lo, 2 % of sends refused (EPERM): lone datagrams" refused-lone
+    refused "lo, 2 % of sends refused (EPERM), btl_usnic_mtu 1472: batches" refused-batched \
+        --mca btl_usnic_mtu 1472
+else
+    bad "nft not found (apt-get install nftables): the refused-send cases cannot run"
+fi
 finish

@@ -61,6 +61,8 @@ pub(crate) struct Batch {
     /// Sends of more than one datagram, and the datagrams they carried.
     pub batches: u64,
     pub batched: u64,
+    /// Datagrams the kernel refused for good, lost like on a wire (the core repairs them).
+    pub lost: u64,
     /// Tests: this many sends find the socket full (`EAGAIN`) instead of being made.
     #[cfg(test)]
     full_for: usize,
@@ -90,6 +92,7 @@ impl Batch {
             one_by_one: Vec::new(),
             batches: 0,
             batched: 0,
+            lost: 0,
             #[cfg(test)]
             full_for: 0,
             #[cfg(test)]
@@ -184,8 +187,10 @@ impl Batch {
                 for d in self.bytes[..self.used].chunks(self.seg) {
                     sent += send(self.fd, d, None, to).is_ok() as usize;
                 }
+                self.lost += (self.count - sent) as u64;
                 if let Some((to, len)) = self.parked.take() {
-                    let _ = send(self.fd, &self.bytes[self.used..self.used + len], None, to);
+                    let parked = &self.bytes[self.used..self.used + len];
+                    self.lost += send(self.fd, parked, None, to).is_err() as u64;
                 }
                 self.clear();
                 if sent == 0 {
@@ -200,6 +205,7 @@ impl Batch {
                 }
             }
             Err(e) => {
+                self.lost += self.count as u64;
                 self.clear();
                 Err(FlushError::Lost(e))
             }
@@ -561,6 +567,7 @@ mod tests {
         assert_eq!(b.len(), 0, "the parked datagram went after the batch");
         expect(&rx, 600, 9);
         expect_no_more(&rx);
+        assert_eq!(b.lost, 2, "the two refused, not the parked one");
     }
 
     #[test]
@@ -571,10 +578,11 @@ mod tests {
         assert!(!put(&mut b, nowhere, 1, 1000));
         assert!(put(&mut b, Dest::of(&rx), 7, 500));
         assert!(b.flush().is_err(), "port 0 refuses the batch");
-        assert_eq!(b.len(), 1);
+        assert_eq!((b.len(), b.lost), (1, 1));
         b.flush().unwrap();
         expect(&rx, 500, 7);
         expect_no_more(&rx);
+        assert_eq!(b.lost, 1);
     }
 
     #[test]

@@ -22,6 +22,11 @@ impl ChannelRes {
         self.batch.as_ref().map_or(0, |b| b.room())
     }
 
+    /// Datagrams of batches the kernel refused for good, lost like on a wire.
+    pub(crate) fn lost_batched(&self) -> u64 {
+        self.lost_unbatched + self.batch.as_ref().map_or(0, |b| b.lost)
+    }
+
     /// (batched sends, datagrams they carried).
     pub(crate) fn batch_stats(&self) -> (u64, u64) {
         self.batch
@@ -153,7 +158,7 @@ impl ChannelRes {
                      cannot segment them on this route ({})",
                     strerror(e)
                 );
-                self.batch = None;
+                self.lost_unbatched += self.batch.take().map_or(0, |b| b.lost);
                 Ok(())
             }
             Err(FlushError::OneByOne(to, e)) => {

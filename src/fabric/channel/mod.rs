@@ -124,6 +124,8 @@ pub(crate) struct ChannelRes {
     send_socket: Option<RawFd>,
     /// Datagrams waiting to leave together in one system call (udp provider, `gso.rs`).
     batch: Option<Batch>,
+    /// `lost_batched` of a batcher given up (the route cannot segment).
+    lost_unbatched: u64,
     /// Reads the socket itself (udp provider, `gro.rs`), in runs of datagrams or one at a
     /// time. The provider is then given no receive buffer (it reads only into posted ones),
     /// and `reposts` holds the free ones.

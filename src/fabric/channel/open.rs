@@ -177,6 +177,7 @@ impl ChannelRes {
             socket_buffers,
             send_socket,
             batch,
+            lost_unbatched: 0,
             gro,
             provider_sends: 0,
             tx_free: (0..sizes.sd as u32).rev().collect(),

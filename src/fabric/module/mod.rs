@@ -367,6 +367,12 @@ impl Module {
         self.channels[ch(c)].batch_room()
     }
 
+    /// Datagrams of channel `c`'s batched sends the kernel refused for good so far (lost like
+    /// on a wire; those refused alone are the caller's `post_send` errors).
+    pub fn lost_batched(&self, c: Channel) -> u64 {
+        self.channels[ch(c)].lost_batched()
+    }
+
     /// (batched sends, datagrams they carried) of channel `c` so far.
     pub fn batch_stats(&self, c: Channel) -> (u64, u64) {
         self.channels[ch(c)].batch_stats()

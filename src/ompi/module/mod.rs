@@ -128,6 +128,9 @@ pub struct ModuleState {
     /// refused so; either is kept and offered again on a later pass (statistics).
     pub busy_sends: u64,
     pub busy_batches: u64,
+    /// Lone datagrams the fabric refused for good or whose send completed in error (lost like
+    /// on a wire; the core repairs them). Refused batches are the fabric's `lost_batched`.
+    pub lost_sends: u64,
     /// Progress calls skipped while the module has no peer (it is polled every
     /// `IDLE_POLL_EVERY`th call, so stray datagrams are drained and counted).
     idle_skips: u32,
@@ -174,6 +177,7 @@ impl ModuleState {
             gets: 0,
             oversize_recvs: 0,
             busy_sends: 0,
+            lost_sends: 0,
             busy_batches: 0,
             idle_skips: 0,
             data_empty: 0,

@@ -132,6 +132,7 @@ impl ModuleState {
             Completion::Error { op, error, .. } => match op {
                 // The buffer is free again: one credit back (the core retransmits if needed).
                 Op::Send => {
+                    self.lost_sends += 1;
                     log::verbose(5, || format!("send on {ch:?} failed: {error}"));
                     self.engine.handle_send_complete(ch);
                 }

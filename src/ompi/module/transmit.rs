@@ -178,6 +178,7 @@ impl ModuleState {
             }
             Err(e) => {
                 // Lost like a dropped datagram: the core's retransmission repairs it.
+                self.lost_sends += 1;
                 log::verbose(5, || format!("post_send on {ch:?} failed: {e}"));
                 self.fabric.release_tx(ch, buf);
                 self.engine.handle_send_complete(ch);
