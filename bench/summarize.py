@@ -29,6 +29,9 @@ RAW_FULL, RAW_BIDIR = -1, -2
 LOSS_THRESHOLDS = {1.0: 0.7, 5.0: 0.4}
 # Fewest repetitions measured on both sides for a paired ratio; below it the ratio of medians stands in.
 MIN_PAIRED = 3
+# Issue 5 judges medians of at least 5 repetitions: with fewer at any size of a target's range (a quick
+# run, or a reference job that failed) the cell shows its ratio but no verdict.
+VERDICT_REPS = 5
 CFG_ORDER = ["usnic", "tcp", "rxd", "vader"]
 CFG_LABEL = {
     "usnic": "usnic (ob1+btl usnic)",
@@ -345,10 +348,18 @@ def ratio_at(size, num, den, unpaired=None):
     return Ratio(size, per, statistics.median(num.values()) / dm, unpaired)
 
 
+class Ratios(list):
+    """[Ratio], and the sizes asked for that one side or both had no value at (`missing`)."""
+
+    def __init__(self, items, missing=()):
+        super().__init__(items)
+        self.missing = list(missing)
+
+
 def ratios(num, den, sizes, unpaired=None):
-    """num, den: {size: {rep: value}}. [Ratio] at the sizes both sides have."""
-    out = [ratio_at(s, num.get(s), den.get(s), unpaired) for s in sizes]
-    return [r for r in out if r is not None]
+    """num, den: {size: {rep: value}}. Ratios at the sizes both sides have; the others in .missing."""
+    out = [(s, ratio_at(s, num.get(s), den.get(s), unpaired)) for s in sizes]
+    return Ratios([r for _, r in out if r is not None], [s for s, r in out if r is None])
 
 
 def judge(rs, threshold, le, strict=False, key=lambda r: r.value):
@@ -522,9 +533,28 @@ def pairing_note(r, notes):
     return "(unpaired)"
 
 
+def own_jobs(tid):
+    """The (scenario, benchmark)s of the configuration judged by target tid: a failed or timed-out one
+    fails the target, since successful repetitions alone would hide a configuration that hangs or
+    errs in some runs."""
+    if tid.startswith("lat_"):
+        return [("clean", "latency")]
+    if tid.startswith("bw_raw"):
+        return [("clean", "bw")]
+    if tid.startswith("bibw"):
+        return [("clean", "bw"), ("clean", "bibw")]
+    if tid.startswith("mr_"):
+        return [("clean", "mr")]
+    if tid.startswith("loss"):
+        return [(tid, "bw_loss"), ("clean", "bw_loss")]
+    return []
+
+
 def cell(run, cfg, tid, tgt, notes, medians=False):
     """(text, met) of one target cell: judged on the paired ratios, or with medians=True on the ratios of
-    medians (that row is for comparison: plain verdict, n/a shown as a dash)."""
+    medians (that row is for comparison: plain verdict, n/a shown as a dash). A failed job of the
+    configuration fails it; a size of the range without values, or fewer than VERDICT_REPS repetitions
+    at one, leaves it without a verdict."""
     rs, why = evaluate(run, cfg, tid)
     if why:
         return ("–" if medians else "n/a: " + (why if len(why) <= 90 else why[:87] + "...")), None
@@ -538,6 +568,17 @@ def cell(run, cfg, tid, tgt, notes, medians=False):
         text += " " + pairing_note(worst, notes)
     if free:
         return text + ", no target", None
+    failed = [n for scen, b in own_jobs(tid) for n in run.status.get((scen, cfg, b), {}).get("failed", [])]
+    missing = getattr(rs, "missing", [])
+    fewest = min(rs, key=lambda r: len(r.per_rep))
+    if failed:
+        why = "%d job%s failed: %s" % (len(failed), "" if len(failed) == 1 else "s", failed[-1][:60])
+        return text + (" NOT met (%s)" % why if medians else " **NOT met** (%s)" % why), False
+    if missing:
+        return text + ", no verdict: no value at %s" % ", ".join(fmt_size(s) for s in missing), None
+    if len(fewest.per_rep) < VERDICT_REPS:
+        return text + ", no verdict: %d of %d repetitions at @%s" % (
+            len(fewest.per_rep), VERDICT_REPS, fmt_size(fewest.size)), None
     verdict = "met" if met else "NOT met"
     return text + (" " + verdict if medians else " **%s**" % verdict), met
 
@@ -663,8 +704,11 @@ def summary(run):
              "per-repetition ratios; met only if every size in the range meets the rule. A size where fewer than "
              "%d repetitions pair is judged on subject median / reference median instead, marked "
              "\"(unpaired)\". The row \"↳ ratio of medians\" under a target gives subject median / reference "
-             "median at its own worst size, for comparison only (no verdict counts from it). %s" % (
-                 MIN_PAIRED, "The loss rows are ratios of medians: the lossy and the clean blocks ran at different "
+             "median at its own worst size, for comparison only (no verdict counts from it). A failed or "
+             "timed-out job of a configuration in a target's own benchmarks makes it NOT met; fewer than %d "
+             "repetitions at a size of the range, or a size without values, leaves the ratio without a "
+             "verdict. %s" % (
+                 MIN_PAIRED, VERDICT_REPS, "The loss rows are ratios of medians: the lossy and the clean blocks ran at different "
                  "times, so their repetitions do not pair." if run.loss_unpaired else
                  "The loss rows are paired by repetition too: each repetition ran its clean job and its lossy jobs "
                  "back to back."))
