@@ -74,6 +74,9 @@ static_checks() {
         fi
         rm -f "$tmp"
     fi
+    # The benchmark summarizer's verdict rules, on the committed netns run's raw files.
+    if /usr/bin/python3 bench/summarize_selftest.py; then ok=$((ok + 1)); else
+        echo "FAIL: bench/summarize_selftest.py"; bad=$((bad + 1)); fi
     echo "$ok passed, $bad failed"
 }
 

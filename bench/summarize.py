@@ -235,6 +235,15 @@ class Run:
         d = self.values.get((scen, cfg, bench), {})
         return {s: statistics.median(v) for s, v in sorted(d.items())}
 
+    def sizes(self, scen, bench, lo=0, hi=float("inf")):
+        """Every size in [lo, hi] that some configuration measured for (scen, bench): what a target over
+        "every size" of a range judges, so that a size one configuration lacks shows as missing."""
+        out = set()
+        for (s, _, b), d in self.by_rep.items():
+            if s == scen and b == bench:
+                out.update(x for x in d if lo <= x <= hi)
+        return sorted(out)
+
     def reps(self, scen, cfg, bench):
         """{size: {rep: value}}, sizes ascending."""
         return dict(sorted(self.by_rep.get((scen, cfg, bench), {}).items()))
@@ -275,8 +284,12 @@ class Run:
     def loss_fraction(self, p, cfg):
         """{size: Ratio} of bandwidth under p % loss over the clean reference at the sizes both measured:
         paired by repetition, or a ratio of medians where loss_unpaired says why not."""
+        return {r.size: r for r in self.loss_ratios(p, cfg)}
+
+    def loss_ratios(self, p, cfg):
+        """loss_fraction's Ratios, with the sizes only one side measured as missing."""
         lossy, clean = self.reps("loss%g" % p, cfg, "bw_loss"), self.reps("clean", cfg, "bw_loss")
-        return {r.size: r for r in ratios(lossy, clean, sorted(lossy), self.loss_unpaired)}
+        return ratios(lossy, clean, sorted(set(lossy) | set(clean)), self.loss_unpaired)
 
     def raw_stream(self, batched=False):
         return self.series("clean", raw_stream_job(batched), "raw_datagram")
@@ -410,7 +423,7 @@ def evaluate(run, cfg, target_id):
             return None, miss(cfg, "latency")
         if miss(peer, "latency"):
             return None, "%s: %s" % (peer, miss(peer, "latency"))
-        sizes = SMALL if target_id == "lat_rxd" else sorted(set(lat(cfg)) | set(lat(peer)))
+        sizes = SMALL if target_id == "lat_rxd" else run.sizes("clean", "latency")
         return ratios(lat(cfg), lat(peer), sizes), None
     if target_id in ("lat_raw_msg", "lat_raw_msg_batched"):
         if miss(cfg, "latency"):
@@ -428,7 +441,7 @@ def evaluate(run, cfg, target_id):
             return None, "raw streaming: " + (run.why_missing("clean", raw_stream_job(batched), "raw_datagram")
                                               or "no results")
         bw = run.reps("clean", cfg, "bw")
-        big = [s for s in bw if BIG_LO <= s <= BIG_HI]
+        big = run.sizes("clean", "bw", BIG_LO, BIG_HI)
         # Per message size where the raw test cut messages of that size into datagrams, as the
         # BTL must (65536 bytes are a full datagram and a short one); else its full-datagram stream.
         den = {s: rs.get(s, rs.get(RAW_FULL)) for s in big}
@@ -440,7 +453,7 @@ def evaluate(run, cfg, target_id):
         if RAW_FULL not in rs:
             return None, "raw streaming: no full-datagram stream"
         bw = run.reps("clean", cfg, "bw")
-        big = [s for s in bw if BIG_LO <= s <= BIG_HI]
+        big = run.sizes("clean", "bw", BIG_LO, BIG_HI)
         return ratios(bw, {s: rs[RAW_FULL] for s in big}, big, run.floor_unpaired), None
     if target_id in ("bibw_cores", "bibw_cores_batched"):
         rs = run.raw_stream_reps(target_id == "bibw_cores_batched")
@@ -459,7 +472,8 @@ def evaluate(run, cfg, target_id):
             if miss(cfg, b):
                 return None, miss(cfg, b)
         bw, bibw = run.reps("clean", cfg, "bw"), run.reps("clean", cfg, "bibw")
-        return ratios(bibw, bw, [s for s in bw if BIG_LO <= s <= BIG_HI]), None
+        big = sorted(set(run.sizes("clean", "bw", BIG_LO, BIG_HI)) | set(run.sizes("clean", "bibw", BIG_LO, BIG_HI)))
+        return ratios(bibw, bw, big), None
     if target_id in ("mr_tcp", "mr_rxd"):
         peer = target_id[3:]
         if cfg == peer:
@@ -475,7 +489,7 @@ def evaluate(run, cfg, target_id):
             r = run.why_missing(s, cfg, "bw_loss")
             if r:
                 return None, ("%s: " % s) + r
-        return list(run.loss_fraction(float(scen[len("loss"):]), cfg).values()), None
+        return run.loss_ratios(float(scen[len("loss"):]), cfg), None
     raise KeyError(target_id)
 
 
