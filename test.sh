@@ -118,6 +118,7 @@ step mpi-provider env MPI_ARGS="--mca btl_usnic_gro 0 --mca btl_usnic_gso 0" NPS
 step mpi-selftest env SELFTEST=1 NPS=2 tests/run-mpi.sh
 step mpi-failtest env FAILTEST=1 NPS=2 tests/run-mpi.sh pingpong datatypes anysource manyreq threads demo_pingpong
 step suite env SUITE_QUICK=1 tests/suite/mpi4py.sh
+step suite-selftest tests/suite/selftest.sh
 step netns tests/run-netns.sh
 step suite-netns env SUITE_QUICK=1 SUITE_PROGRAMS=0 tests/suite/netns.sh
 step connectivity tests/connectivity/netns.sh
