@@ -133,7 +133,13 @@ for entry in "${ROWS[@]}"; do
         >"$d/mpirun.log" 2>&1
     rc=$?
     el=$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { printf "%.1f", a - b }')
+    queued=$(nc_queued_packets h2)
     if [ -n "$netem" ]; then "$NC" netem h2 clear >/dev/null; NC_IMPAIRED=""; fi
+    # The fault must have acted (a loss's resends are read from usnic's statistics only).
+    why=""
+    if [[ ",$btl," == *",usnic,"* || $netem == *delay* ]]; then
+        why=$(fault_no_effect "$netem" "$extra" "$queued" "$d/mpirun.log")
+    fi
     verdict=""
     if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
         verdict="FAIL: exceeded the ${TMO}s limit"
@@ -141,6 +147,8 @@ for entry in "${ROWS[@]}"; do
         verdict="FAIL: mpirun exit $rc ($(grep -m1 -iE 'error|abort' "$d/mpirun.log" | cut -c1-160))"
     elif ! out=$(python3 "$CHECK" "$d/hpccoutf.txt" "$NP"); then
         verdict="FAIL: $(echo "$out" | paste -sd ';' -)"
+    elif [ -n "$why" ]; then
+        verdict="FAIL: passed, but the fault did not act ($why): the row tested nothing"
     elif [ "$name" = clean ]; then
         read -r share bsends <<<"$(batched_share "$d/mpirun.log")"
         if [ -z "${share:-}" ]; then

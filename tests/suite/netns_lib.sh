@@ -128,3 +128,43 @@ usnic_final_resends() {
     usnic_final_lines "$@" |
         sed -nE 's/.* resends_timeout=([0-9]+) resends_fast=([0-9]+).* dup_recvs=([0-9]+) .* spurious_resends=([0-9]+) .*/\1 \2 \3 \4/p'
 }
+
+# Datagrams the cluster's emulated netem on host $1 took through its queue (the iptables NFQUEUE
+# rules' packet counters; delays, jitter and reordering go that way). Read before it is cleared.
+nc_queued_packets() {
+    ip netns exec "$1" iptables-save -c 2>/dev/null | grep -- '-j NFQUEUE' |
+        sed -nE 's/^\[([0-9]+):.*/\1/p' | awk '{s += $1} END {print s + 0}'
+}
+
+# Why a run that passed under a fault tested nothing (printed), or nothing: the fault must show in
+# what the run measured. Arguments: the netem spec ("" for none), the BTL injector's MCA arguments
+# ("" for none), the packets nc_queued_packets counted, then the usnic logs. A netem delay must have
+# queued datagrams, a netem loss must have made usnic resend, and every injector fault with a
+# percentage above 0 must have acted (its fault_* counter above 0): an MCA name Open MPI does not
+# know is ignored without a word, and a netem that applied nothing would leave the run green.
+fault_no_effect() {
+    local netem=$1 injector=$2 queued=$3 k n key acting=0
+    local -a args
+    shift 3
+    if [[ $netem == *delay* ]]; then
+        [ "$queued" -gt 0 ] || { echo "the emulated netem queued no datagram"; return; }
+    elif [[ $netem == *loss* ]]; then
+        n=$(usnic_final_resends "$@" | awk '{s += $1 + $2} END {print s + 0}')
+        [ "$n" -gt 0 ] || { echo "no datagram was resent under loss"; return; }
+    fi
+    read -ra args <<<"$injector"
+    for ((k = 0; k + 1 < ${#args[@]}; k++)); do
+        [[ ${args[$k]} =~ ^btl_usnic_fault_(send|recv)_(drop|dup|delay)$ ]] || continue
+        awk -v p="${args[$((k + 1))]}" 'BEGIN {exit !(p > 0)}' || continue
+        key=fault_${BASH_REMATCH[1]}_${BASH_REMATCH[2]}
+        key=${key/%_drop/_dropped}
+        key=${key/%_dup/_duplicated}
+        key=${key/%_delay/_delayed}
+        n=$(usnic_final_lines "$@" | grep -oE " $key=[0-9]+" | cut -d= -f2 | awk '{s += $1} END {print s + 0}')
+        [ "$n" -gt 0 ] || { echo "${args[$k]} ${args[$((k + 1))]} acted nowhere ($key 0)"; return; }
+        acting=$((acting + 1))
+    done
+    if [ -n "$injector" ] && [ "$acting" -eq 0 ]; then
+        echo "no injector fault with a percentage above 0 among '$injector'"
+    fi
+}
