@@ -42,6 +42,7 @@ fn workdir() -> &'static Path {
             "pvars",
             "lentsend",
             "pvarthread",
+            "late0",
         ] {
             let st = Command::new("mpicc")
                 .args(["-O2", "-pthread"])
@@ -1694,4 +1695,33 @@ fn unreachable_peer_is_named() {
     got.sort();
     want.sort();
     assert_eq!(got, want, "\nstderr:\n{err}");
+}
+
+/// The connectivity agent runs in whichever local process gets there first: a local rank 0 that
+/// reaches MPI_Init 11 s after its siblings (past their 10 s wait for the agent) no longer leaves
+/// them without a checker, each saying so, and their paths unchecked.
+#[test]
+fn a_late_local_rank_0_leaves_the_connectivity_checker_on() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let prog = workdir().join("late0");
+    let mut c = ompi("mpirun");
+    c.args(["-np", "3", "--oversubscribe", "-x", "LATE0_S=11"]);
+    c.args(["--mca", "pml", "ob1", "--mca", "btl", "usnic,self"]);
+    c.args([
+        "--mca",
+        "btl_usnic_if_exclude",
+        "lo",
+        "--mca",
+        "btl_usnic_verbose",
+        "20",
+    ]);
+    c.arg(&prog);
+    let o = run(c, Duration::from_secs(120));
+    let (out, err) = succeeded(&o);
+    assert!(out.contains("PASS sum=3"), "{out}");
+    assert!(
+        !err.contains("running without the connectivity checker"),
+        "{err}"
+    );
+    assert!(err.contains("usnic connectivity GOOD between"), "{err}");
 }

@@ -207,11 +207,24 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
     if modules.is_empty() {
         return decline("no interface could be opened");
     }
-    // Only now: a process without a usable interface never starts (local rank 0) or waits for
-    // (the others) the connectivity agent.
+    // Only now: a process without a usable interface never starts or waits for the
+    // connectivity agent. Its probes are UDP datagrams of the data channel's size, which says
+    // something about the BTL's paths only where its datagrams are UDP datagrams: `sockets`,
+    // for one, carries them over TCP, 65507 bytes each, which no 1500-byte path passes as one
+    // UDP datagram (every path between hosts was declared broken and the job aborted).
+    let udp = matches!(settings.provider.as_str(), "udp" | "usnic");
+    if settings.connectivity_check && !udp {
+        log::verbose(5, || {
+            format!(
+                "connectivity checker off: provider {} does not send UDP datagrams of the \
+                 BTL's size",
+                settings.provider
+            )
+        });
+    }
     super::connectivity::edge::start(
         super::connectivity::edge::Setup {
-            enabled: settings.connectivity_check,
+            enabled: settings.connectivity_check && udp,
             ack_timeout_ms: settings.connectivity_ack_timeout_ms,
             retries: settings.connectivity_retries,
             peer_timeout_ms: settings.peer_timeout_ms,

@@ -19,6 +19,9 @@
 #       naming both hosts, addresses and datagram sizes (from h1: the lower address speaks);
 #   (e) two ranks per host, both sending across: one agent per host checks the path once;
 #   (f) btl_usnic_connectivity_check 0: no check at all (nothing logged even at verbosity 20);
+#   (f2) btl_usnic_provider sockets, which carries the BTL's 65507-byte datagrams over TCP: no
+#       check (a 65507-byte UDP probe never passes a 1500-byte path; every path was declared
+#       broken and the job aborted), the job passes;
 #   (g) btl_usnic_connectivity_map PREFIX: one file per process, named after host, pid, job and
 #       rank, whose line says which local interface talks to which address of which peer.
 # Root only; when it cannot run it says why and fails. Ends with "N passed, N failed".
@@ -318,6 +321,16 @@ if [ $RC -eq 0 ] && grep -q "^PASS ring np=2" "$WORK/check-off.log" && ! grep -q
     ok "(f) connectivity_check 0: job passes, no checker activity at verbosity 20"
 else
     ko "(f) connectivity_check 0: rc=$RC or checker output present"
+fi
+
+# (f2) a provider whose datagrams are not UDP datagrams
+run sockets --mca btl_usnic_provider sockets --mca btl_usnic_verbose 20
+if [ $RC -eq 0 ] && grep -q "^PASS ring np=2" "$WORK/sockets.log" &&
+    grep -q "connectivity checker off: provider sockets" "$WORK/sockets.log" &&
+    ! grep -q "Local host:" "$WORK/sockets.log"; then
+    ok "(f2) provider sockets: job passes, the checker is off and says why at verbosity 20"
+else
+    ko "(f2) provider sockets: rc=$RC, or no 'checker off' line, or a checker message (log: $WORK/sockets.log)"
 fi
 
 # (g) connectivity map files

@@ -30,7 +30,7 @@ const READS_PER_POLL: usize = 64;
 
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
-    /// Where to bind the UNIX socket (a stale file there is removed first).
+    /// Where to bind the UNIX socket (in use already: `AddrInUse`, another process's agent).
     pub socket_path: PathBuf,
     /// This host's name, for messages.
     pub hostname: String,
@@ -73,11 +73,7 @@ impl Agent {
         if let Some(dir) = cfg.socket_path.parent() {
             std::fs::create_dir_all(dir)?;
         }
-        match std::fs::remove_file(&cfg.socket_path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
+        // Not removed first: an existing socket is another process's agent (`AddrInUse`).
         let listener = UnixListener::bind(&cfg.socket_path)?;
         listener.set_nonblocking(true)?;
         let (wake, wake_rx) = UnixStream::pair()?;

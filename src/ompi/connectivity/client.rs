@@ -15,8 +15,8 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects to the agent at `path`, waiting up to `wait` for it to appear (the agent lives in
-    /// local rank 0, which may start later than this process), and checks the protocol version.
+    /// Connects to the agent at `path`, waiting up to `wait` for it to accept, and checks the
+    /// protocol version.
     pub fn connect(path: &Path, wait: Duration) -> io::Result<Client> {
         let until = Instant::now() + wait;
         let mut stream = loop {

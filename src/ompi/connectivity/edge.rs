@@ -16,14 +16,20 @@ use crate::ompi::log;
 
 /// The help texts as built, so the message never depends on where the file was installed.
 const HELP: &str = include_str!("../../../help-mpi-btl-usnic-rs.txt");
-/// How long a process waits for local rank 0 to create the agent's socket.
+/// How long a process waits for the agent's socket to accept (it is bound and listened on in one
+/// step by whichever process gets there first; this covers the instant between the two).
 const CONNECT_WAIT: Duration = Duration::from_secs(10);
+/// The longest path a UNIX socket address holds (`sun_path`, 108 bytes with its NUL).
+const SUN_PATH_MAX: usize = 107;
 const RULE: &str = "--------------------------------------------------------------------------";
 
 struct Checker {
-    /// Only in local rank 0.
+    /// Only in the local process that bound the socket first.
     agent: Option<Agent>,
     client: Client,
+    /// The session directory, open, where its own path is too long for a socket address: the
+    /// socket is then named through `/proc/self/fd/<fd>/`, which needs the descriptor.
+    _dir: Option<std::fs::File>,
 }
 
 static CHECKER: Mutex<Option<Checker>> = Mutex::new(None);
@@ -60,47 +66,64 @@ impl Setup<'_> {
     }
 }
 
-/// Starts the agent (local rank 0) and connects this process to it. False: no checker (disabled,
-/// not launched by mpirun, or the agent unreachable, which is said once).
+/// Starts the agent (in the first local process to get here) and connects this process to it.
+/// False: no checker (disabled, not launched by mpirun, or the agent unreachable, which is said
+/// once).
 pub fn start(s: Setup<'_>) -> bool {
     if !s.enabled {
         return false;
     }
-    let (Some(rank), Some(dir)) = (s.local_rank, s.session_dir) else {
+    let (Some(_), Some(dir)) = (s.local_rank, s.session_dir) else {
         log::verbose(5, || {
             "connectivity checker off: no local rank / session directory from the launcher"
                 .to_string()
         });
         return false;
     };
-    let path = dir.join(format!("{SOCKET_NAME}.{}", s.jobid));
-    let agent = if rank == 0 {
-        let cfg = AgentConfig {
-            socket_path: path.clone(),
-            hostname: s.hostname.to_string(),
-            // 0 (the original resent on every pass) is the shortest wait the agent has.
-            ack_timeout: Duration::from_millis(u64::from(s.ack_timeout_ms.max(1))),
-            retries: s.retries.max(1),
-            report_within: Duration::from_millis(s.peer_timeout_ms) * 3 / 4,
-            drop_large_probes: false,
-        };
-        match Agent::start(cfg, hooks()) {
-            Ok(a) => Some(a),
-            Err(e) => {
-                log::error(&format!(
-                    "cannot start the connectivity agent at {}: {e}; running without the \
-                     connectivity checker",
-                    path.display()
-                ));
-                return false;
-            }
+    let name = format!("{SOCKET_NAME}.{}", s.jobid);
+    let (path, dir_fd) = match socket_path(&dir, &name) {
+        Ok(p) => p,
+        Err(e) => {
+            log::error(&format!(
+                "the connectivity agent's socket cannot be named in {}: {e}; running without \
+                 the connectivity checker",
+                dir.display()
+            ));
+            return false;
         }
-    } else {
-        None
+    };
+    // Whichever local process binds the socket first runs the agent; the others find the
+    // address in use and connect. (Local rank 0 ran it, and a rank 0 that reached MPI_Init
+    // more than 10 s after its siblings left them without a checker, each saying so.) The
+    // session directory belongs to this mpirun, so a file there is this job's.
+    let cfg = AgentConfig {
+        socket_path: path.clone(),
+        hostname: s.hostname.to_string(),
+        // 0 (the original resent on every pass) is the shortest wait the agent has.
+        ack_timeout: Duration::from_millis(u64::from(s.ack_timeout_ms.max(1))),
+        retries: s.retries.max(1),
+        report_within: Duration::from_millis(s.peer_timeout_ms) * 3 / 4,
+        drop_large_probes: false,
+    };
+    let agent = match Agent::start(cfg, hooks()) {
+        Ok(a) => Some(a),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => None,
+        Err(e) => {
+            log::error(&format!(
+                "cannot start the connectivity agent at {}: {e}; running without the \
+                 connectivity checker",
+                path.display()
+            ));
+            return false;
+        }
     };
     match Client::connect(&path, CONNECT_WAIT) {
         Ok(client) => {
-            *checker() = Some(Checker { agent, client });
+            *checker() = Some(Checker {
+                agent,
+                client,
+                _dir: dir_fd,
+            });
             true
         }
         Err(e) => {
@@ -108,6 +131,24 @@ pub fn start(s: Setup<'_>) -> bool {
             false
         }
     }
+}
+
+/// The socket's path: `dir/name`, or where that is too long for a socket address (a long
+/// TMPDIR or host name), `/proc/self/fd/<fd>/name` through `dir` held open.
+fn socket_path(
+    dir: &std::path::Path,
+    name: &str,
+) -> std::io::Result<(PathBuf, Option<std::fs::File>)> {
+    let plain = dir.join(name);
+    if plain.as_os_str().len() <= SUN_PATH_MAX {
+        return Ok((plain, None));
+    }
+    let d = std::fs::File::open(dir)?;
+    let short = PathBuf::from(format!(
+        "/proc/self/fd/{}/{name}",
+        std::os::fd::AsRawFd::as_raw_fd(&d)
+    ));
+    Ok((short, Some(d)))
 }
 
 /// The agent's UDP port for a module on `ipv4` (0 = no checker for it).
@@ -225,6 +266,59 @@ fn hooks() -> Hooks {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_session_directory_too_long_for_a_socket_address_is_named_through_its_descriptor() {
+        // A long TMPDIR: the plain path passes 107 bytes, so bind would fail with "path must
+        // be shorter than SUN_LEN" in every process.
+        let long = std::env::temp_dir().join(format!(
+            "usnic-cc-{}-{}",
+            std::process::id(),
+            "x".repeat(80)
+        ));
+        std::fs::create_dir_all(&long).unwrap();
+        let name = format!("{SOCKET_NAME}.123456789");
+        assert!(long.join(&name).as_os_str().len() > SUN_PATH_MAX);
+        let (path, dir) = socket_path(&long, &name).unwrap();
+        assert!(
+            dir.is_some() && path.starts_with("/proc/self/fd/"),
+            "{path:?}"
+        );
+        let cfg = |p: &std::path::Path| AgentConfig {
+            socket_path: p.to_path_buf(),
+            hostname: "h".into(),
+            ack_timeout: Duration::from_millis(50),
+            retries: 1,
+            report_within: Duration::from_secs(1),
+            drop_large_probes: false,
+        };
+        let quiet = || Hooks {
+            report: Box::new(|_| {}),
+            abort: Box::new(|| {}),
+            log: Box::new(|_, _| {}),
+        };
+        let agent = Agent::start(cfg(&path), quiet()).unwrap();
+        assert!(
+            long.join(&name).exists(),
+            "the socket is in the session directory"
+        );
+        Client::connect(&path, Duration::from_secs(2)).unwrap();
+        // A second process finds the address in use and becomes a client (its own descriptor
+        // names the same directory).
+        let (again, _d2) = socket_path(&long, &name).unwrap();
+        let e = Agent::start(cfg(&again), quiet())
+            .err()
+            .expect("address in use");
+        assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse);
+        Client::connect(&again, Duration::from_secs(2)).unwrap();
+        agent.stop();
+        drop(dir);
+        assert!(!long.join(&name).exists(), "removed at stop");
+        std::fs::remove_dir_all(&long).unwrap();
+        // A short one keeps its plain path.
+        let (plain, none) = socket_path(&std::env::temp_dir(), &name).unwrap();
+        assert!(none.is_none() && plain.starts_with(std::env::temp_dir()));
+    }
 
     #[test]
     fn message_is_the_framed_topic_with_every_value() {

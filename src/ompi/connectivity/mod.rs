@@ -4,7 +4,7 @@
 //! like a usNIC, drops what it cannot deliver without telling anyone, so the job would hang).
 //!
 //! # Shape (one agent per host, as in the C original)
-//! - [`agent::Agent`]: a thread in the process with local rank 0. It owns a UNIX stream socket
+//! - [`agent::Agent`]: a thread in the first local process to bind its socket. It owns a UNIX stream socket
 //!   (under the job session directory) and one UDP listener per local address the BTL uses,
 //!   with don't-fragment set. It probes each (local listener, remote listener) pair once for
 //!   the whole host, resends every `ack_timeout`, and after `retries` sends reports through the
