@@ -12,6 +12,8 @@ cd "$(dirname "$0")" || exit 1
 export PATH="$HOME/.cargo/bin:$PATH"
 scripts/deps.sh || { echo "deps: installation failed"; echo "0 passed, 1 failed"; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# A snapshot test rewrites its snapshot and passes when this is set: never in the test command.
+unset UPDATE_SNAPSHOTS
 
 logdir=$(mktemp -d /tmp/usnic-test.XXXXXX)
 total_pass=0
@@ -112,7 +114,8 @@ step mca scripts/mca-table.sh --check README.md
 step mpi tests/run-mpi.sh
 # The udp provider's sockets are read by the channels themselves by default; this is the path
 # of every other provider: buffers posted to the provider, completions read from its CQ.
-step mpi-provider env MPI_ARGS="--mca btl_usnic_gro 0 --mca btl_usnic_gso 0" NPS=2 tests/run-mpi.sh pingpong anysource collectives
+step mpi-provider env MPI_ARGS="--mca btl_usnic_gro 0 --mca btl_usnic_gso 0 --mca btl_usnic_verbose 5" \
+    EXPECT_LINE="data channel read through the provider, batches of 0" NPS=2 tests/run-mpi.sh pingpong anysource collectives
 # The checkers themselves: a corrupted byte must fail every program, and a failed send must end
 # the job at once with its own FAIL line rather than a hang until the watchdog.
 step mpi-selftest env SELFTEST=1 NPS=2 tests/run-mpi.sh

@@ -7,6 +7,7 @@
 #   BTL=usnic,self      BTL list (--mca btl); e.g. BTL=tcp,self or BTL=vader,self
 #   NPS="2 4"           rank counts (demo_pingpong always runs with 2 only)
 #   MPI_ARGS=""         extra mpirun arguments, e.g. "--mca btl_usnic_eager_limit 4096"
+#   EXPECT_LINE=RE      a passing run must also print a line matching RE (that it took its path)
 #   TIMEOUT=240         seconds per run (the program's own watchdog fires 15 s earlier)
 #   SCALE=1             iteration multiplier for the programs (e.g. 0.5 or 3)
 #   OSC=pt2pt           osc component for onesided (Debian disables pt2pt by default; empty = Open MPI's choice)

@@ -440,11 +440,18 @@ fn open_module(
         Err(e) => return Err(decline(&format!("interface {}: {e}", dev.name))),
     };
     let info = module_info(dev, settings, eager);
+    // Which path the data channel takes, so a run can show it took the one it meant to test.
+    let reads = if fab.reads_socket(Channel::Data) {
+        "read from its socket"
+    } else {
+        "read through the provider"
+    };
+    let batch = fab.batch_room(Channel::Data);
     log::verbose(5, || {
         format!(
             "module {index}: {} {}/{} data MTU {data_mtu}, priority MTU {prio_mtu}, \
              receive window {} datagrams, eager limit {eager}, rndv eager limit {}, \
-             max send size {}, exclusivity {}",
+             max send size {}, exclusivity {}; data channel {reads}, batches of {batch}",
             dev.name,
             dev.ipv4,
             dev.netmask,

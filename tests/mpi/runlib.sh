@@ -71,6 +71,10 @@ run_one() {
         else
             verdict=FAIL; detail="failed send did NOT end the job at once (rc=$rc, ${secs}s): ${line:-no result line}"
         fi
+    elif [ $rc -eq 0 ] && [[ "$line" == PASS* ]] && [ -n "${EXPECT_LINE:-}" ] && ! grep -qE "$EXPECT_LINE" "$log"; then
+        # the run must show it took the path it was meant to test (an MCA name Open MPI does not
+        # know is ignored without a word)
+        verdict=FAIL; detail="passed, but no line matches '$EXPECT_LINE': the path meant was not taken"
     elif [ $rc -eq 0 ] && [[ "$line" == PASS* ]]; then
         verdict=PASS; detail=${line#PASS $prog np=$np: }
     else
