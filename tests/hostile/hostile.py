@@ -388,7 +388,8 @@ def main():
         kinds = {int(k) for k in a.kinds.split(",") if k}
         old = [p for p in valid if not kinds or p.kind in kinds]
         seq = sum(1 for p in old if p.kind in SEQUENCED)
-        hit = {p.dst for p in old}
+        # Drops counted where the sequenced copies go: the ACK sockets' drops are not theirs.
+        hit = {p.dst for p in old if p.kind in SEQUENCED}
         drops0 = drops = socket_drops(hit)
         while time.time() < end and all(os.path.exists(f"/proc/{pid}") for pid in pids):
             for p in old:
@@ -482,7 +483,7 @@ def main():
         seqd = [p for p in valid if p.kind in SEQUENCED]
         acks = [p for p in valid if p.kind == 1]
         fl = Sender(pace=200)
-        hit = {p.dst for p in seqd[:1] + acks[:1]}
+        hit = {p.dst for p in seqd[:1]}  # the ACKs' socket's drops are not the copies'
         drops0 = socket_drops(hit)
         for i in range(a.count):
             if seqd:

@@ -317,7 +317,11 @@ for attack in $ATTACKS; do
             [ $attack = replay_wrapped ] || kd=$(hfield "$TOOLLOG" kernel_drops)
             n=$((n - ${kd:-0}))
             d=$(dups "$LOG")
-            if [ "$d" = missing ] || [ "$BASE_DUPS" = missing ]; then
+            # Drops of the job's own datagrams on that socket count in too: too few copies left
+            # and the check below could not fail.
+            if [ "$n" -lt 100 ]; then
+                fail "$attack: duplicates counted" "tested nothing: $n copies can have reached the plugin (kernel dropped ${kd:-0})"
+            elif [ "$d" = missing ] || [ "$BASE_DUPS" = missing ]; then
                 fail "$attack: duplicates counted" "dup_recvs/oow_low/oow_high not printed"
             else
                 counter_at_least "$attack" "dup+oow rise" $((d - BASE_DUPS)) $((n / 4)) "${kd:+ (kernel dropped $kd)}"
