@@ -43,6 +43,7 @@ fn workdir() -> &'static Path {
             "lentsend",
             "pvarthread",
             "late0",
+            "spawnexit",
         ] {
             let st = Command::new("mpicc")
                 .args(["-O2", "-pthread"])
@@ -1724,4 +1725,33 @@ fn a_late_local_rank_0_leaves_the_connectivity_checker_on() {
         "{err}"
     );
     assert!(err.contains("usnic connectivity GOOD between"), "{err}");
+}
+
+/// Spawned children that exit owing the ACK of the last message they received: the parent job
+/// goes on for 8 s more, past its 3 s peer timeout, and must not declare them failed (Open MPI
+/// 4.1 never removes an exited child, so the parent would resend to it and abort its own job;
+/// 3 of 3 runs of the previous plugin did). Ignored by default: `MPI_Comm_spawn` under Open
+/// MPI 4.1.4 with its PMIx hangs in about one run in forty, over tcp as well (a child stuck in
+/// `PMIx_Init`). Run with `cargo test --release --test plugin_ompi -- --ignored`.
+#[test]
+#[ignore]
+fn spawned_children_that_exit_are_not_declared_failed() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let prog = workdir().join("spawnexit");
+    let mut c = ompi("mpirun");
+    c.args(["-np", "2", "--oversubscribe", "-x", "PP=8"]);
+    c.args(["--mca", "pml", "ob1", "--mca", "btl", "usnic,self"]);
+    c.args([
+        "--mca",
+        "btl_usnic_peer_timeout",
+        "3000",
+        "--mca",
+        "mpi_yield_when_idle",
+        "1",
+    ]);
+    c.arg(&prog).stdin(std::process::Stdio::null());
+    let o = run(c, Duration::from_secs(180));
+    let (out, err) = succeeded(&o);
+    assert!(out.contains("PASS parent"), "{out}");
+    assert!(!err.contains("stopped hearing"), "{err}");
 }

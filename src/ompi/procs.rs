@@ -295,7 +295,10 @@ fn write_map(c: &Component, m: &ModuleCell, prefix: &str, lines: &[String]) {
 }
 
 /// Keep progressing this module until no peer in `peers` has unacknowledged data, at most
-/// `DRAIN_NS` (a peer that already left never acknowledges).
+/// `DRAIN_NS` (a peer that already left never acknowledges); then acknowledge everything
+/// received from them, twice. A delayed ACK still owed would never leave, and a peer that
+/// stays (the parent of a spawned process that exits: Open MPI 4.1 never removes it) would
+/// resend to a process that is gone and end its own job declaring it failed.
 fn drain(m: &ModuleCell, peers: &[crate::proto::PeerId]) {
     let deadline = fabric::now().0 + DRAIN_NS;
     loop {
@@ -304,10 +307,17 @@ fn drain(m: &ModuleCell, peers: &[crate::proto::PeerId]) {
             peers.iter().all(|&p| st.engine.is_idle(p))
         };
         if idle || fabric::now().0 > deadline {
-            return;
+            break;
         }
         m.progress(fabric::now());
         std::hint::spin_loop();
+    }
+    let mut st = m.state.borrow_mut();
+    for _ in 0..2 {
+        for &p in peers {
+            st.engine.acknowledge_now(p);
+        }
+        st.transmit(fabric::now());
     }
 }
 

@@ -288,6 +288,13 @@ impl Engine {
         }
     }
 
+    /// An ACK to `peer` on the next transmit, owed or not: a process that leaves sends its last
+    /// word at once (a delayed one would never leave, and the peer would resend what it has to
+    /// a process that is gone, then declare it failed), and again in case one was lost.
+    pub fn acknowledge_now(&mut self, peer: PeerId) {
+        self.ack_now(peer.0);
+    }
+
     fn ack_now(&mut self, pid: u32) {
         if let Some(p) = self.peers.get_mut(pid as usize).and_then(|p| p.as_mut()) {
             p.ack_owed = true;
