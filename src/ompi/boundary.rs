@@ -40,11 +40,7 @@ pub fn guard<R>(what: &str, on_failure: R, f: impl FnOnce() -> R) -> R {
         Ok(r) => r,
         Err(payload) => {
             FAILED.store(true, Ordering::Relaxed);
-            let msg = payload
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| payload.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
+            let msg = payload_text(&*payload);
             let line = format!("internal error in {what}: {msg}; the usnic BTL stops working now");
             log::error(&line);
             if log::on_own_thread() {
@@ -58,9 +54,11 @@ pub fn guard<R>(what: &str, on_failure: R, f: impl FnOnce() -> R) -> R {
 }
 
 /// Replaces Rust's default panic output, whose lines name no rank (and under `RUST_BACKTRACE`
-/// add a backtrace without one), by lines of our log: where the panic happened, and the
-/// backtrace if one was asked for. `guard` then prints what it was doing and the message. The
-/// hook belongs to this library's copy of std: other Rust code in the process keeps its own.
+/// add a backtrace without one), by lines of our log: where the panic happened and its message,
+/// and the backtrace if one was asked for (`guard` then says what it was doing; a panic outside
+/// it, on the connectivity agent's thread say, has only these lines). They are written straight
+/// to stderr: a panic may be on a thread that must not call into Open MPI. The hook belongs to
+/// this library's copy of std: other Rust code in the process keeps its own.
 pub fn log_panics() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
@@ -68,15 +66,25 @@ pub fn log_panics() {
             let at = info
                 .location()
                 .map_or_else(|| "an unknown place".into(), |l| l.to_string());
-            log::error(&format!("internal error (a Rust panic) at {at}"));
+            let msg = payload_text(info.payload());
+            log::error_direct(&format!("internal error (a Rust panic) at {at}: {msg}"));
             let trace = std::backtrace::Backtrace::capture();
             if trace.status() == std::backtrace::BacktraceStatus::Captured {
                 for line in trace.to_string().lines() {
-                    log::error(line);
+                    log::error_direct(line);
                 }
             }
         }))
     });
+}
+
+/// A panic's message, as `panic!` made it.
+fn payload_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
 }
 
 fn end_job(line: &str) {

@@ -75,10 +75,7 @@ fn emit(line: &str) {
         return;
     }
     if on_own_thread() {
-        // opal_output's prefix, and one write so lines of several threads do not interleave.
-        let host = HOST.get().map_or("unknown", String::as_str);
-        let text = format!("[{host}:{:05}] {line}\n", std::process::id());
-        let _ = std::io::stderr().write_all(text.as_bytes());
+        direct(line);
         return;
     }
     let Ok(c) = CString::new(line.replace('\0', "?")) else {
@@ -86,6 +83,19 @@ fn emit(line: &str) {
     };
     // SAFETY: c is a valid NUL-terminated string for the duration of the call.
     unsafe { sys::usnic_shim_output(0, c.as_ptr()) };
+}
+
+/// A line written to stderr without Open MPI: opal_output's prefix, and one write so lines of
+/// several threads do not interleave.
+fn direct(line: &str) {
+    let host = HOST.get().map_or("unknown", String::as_str);
+    let text = format!("[{host}:{:05}] {line}\n", std::process::id());
+    let _ = std::io::stderr().write_all(text.as_bytes());
+}
+
+/// `error` that never calls into Open MPI, for a thread that may not (a panic on any thread).
+pub fn error_direct(msg: &str) {
+    direct(&format!("{} {msg}", prefix()));
 }
 
 /// opal_output already starts the line with `[host:pid]`.
