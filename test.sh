@@ -115,7 +115,7 @@ step mpi tests/run-mpi.sh
 # The udp provider's sockets are read by the channels themselves by default; this is the path
 # of every other provider: buffers posted to the provider, completions read from its CQ.
 step mpi-provider env MPI_ARGS="--mca btl_usnic_gro 0 --mca btl_usnic_gso 0 --mca btl_usnic_verbose 5" \
-    EXPECT_LINE="data channel read through the provider, batches of 0" NPS=2 tests/run-mpi.sh pingpong anysource collectives
+    EXPECT_LINE="data channel read through the provider, sent through the provider, batches of 0" NPS=2 tests/run-mpi.sh pingpong anysource collectives
 # The checkers themselves: a corrupted byte must fail every program, and a failed send must end
 # the job at once with its own FAIL line rather than a hang until the watchdog.
 step mpi-selftest env SELFTEST=1 NPS=2 tests/run-mpi.sh

@@ -446,12 +446,17 @@ fn open_module(
     } else {
         "read through the provider"
     };
+    let sends = if fab.sends_on_socket(Channel::Data) {
+        "sent on its socket"
+    } else {
+        "sent through the provider"
+    };
     let batch = fab.batch_room(Channel::Data);
     log::verbose(5, || {
         format!(
             "module {index}: {} {}/{} data MTU {data_mtu}, priority MTU {prio_mtu}, \
              receive window {} datagrams, eager limit {eager}, rndv eager limit {}, \
-             max send size {}, exclusivity {}; data channel {reads}, batches of {batch}",
+             max send size {}, exclusivity {}; data channel {reads}, {sends}, batches of {batch}",
             dev.name,
             dev.ipv4,
             dev.netmask,

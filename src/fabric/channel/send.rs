@@ -224,6 +224,11 @@ impl ChannelRes {
         Ok(())
     }
 
+    /// Whether the channel writes lone datagrams to its socket itself (else through the provider).
+    pub(crate) fn sends_on_socket(&self) -> bool {
+        self.send_socket.is_some()
+    }
+
     /// Whether `post_send_gather` may be used: the channel sends on the socket itself, or the
     /// provider gathers three buffers, needs no registration (a body lies in memory we never
     /// registered) and has sent when `fi_sendv` returns (the body may change right after); or

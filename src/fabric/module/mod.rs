@@ -378,6 +378,12 @@ impl Module {
         self.channels[ch(c)].batch_stats()
     }
 
+    /// Whether channel `c` writes lone datagrams to its socket itself (udp provider, `btl_usnic_gso`),
+    /// else through the provider (`fi_inject`, `fi_send`).
+    pub fn sends_on_socket(&self, c: Channel) -> bool {
+        self.channels[ch(c)].sends_on_socket()
+    }
+
     /// Whether channel `c` reads its socket itself (`gro.rs`): the udp provider with
     /// `FabricConfig::gro`; runs of datagrams at a time on a data channel whose datagrams can
     /// run together, with enough buffers and a kernel with `UDP_GRO`, else one at a time.
