@@ -109,9 +109,11 @@ hosts "two hosts, tbf $RATE_HOSTS, btl_usnic_gso 0: sends through the provider" 
     --mca btl_usnic_gso 0 --mca btl_usnic_gro 0
 
 # 4. sends refused for good: one host, lo of a private namespace, nftables dropping on output
+# refused NAME LOG ALSO [mpirun args]: ALSO, when not empty, is a counter that must be above 0 too
+# (that the path the case names was taken: gso_datagrams for batches).
 refused() {
-    local name=$1 log=$LOGDIR/$2.log rc
-    shift 2
+    local name=$1 log=$LOGDIR/$2.log also=$3 rc n
+    shift 3
     ns=usnicrs-refused-$$
     if ! ip netns add "$ns" 2>"$log"; then
         bad "$name: cannot create a network namespace (log: $log)"
@@ -132,14 +134,19 @@ EOF
             --mca btl_usnic_if_include lo -x FI_UDP_IFACE=lo --mca btl_usnic_stats 3600 "$@" \
             "$PROG" -t $((JOB_LIMIT - 15)) >"$log" 2>&1
         rc=$?
-        judge "$name" "$rc" "$log" lost_sends "$log"
+        n=$([ -n "$also" ] && final_sum "$also" "$log")
+        if [ -n "$also" ] && [ "${n:-0}" -eq 0 ]; then
+            bad "$name: $also=${n:-absent}: the path the case names was not taken (log: $log)"
+        else
+            judge "$name" "$rc" "$log" lost_sends "$log"
+        fi
     fi
     ip netns del "$ns" 2>/dev/null
 }
 if command -v nft >/dev/null; then
-    refused "lo, 2 % of sends refused (EPERM): lone datagrams" refused-lone
+    refused "lo, 2 % of sends refused (EPERM): lone datagrams" refused-lone ""
     refused "lo, 2 % of sends refused (EPERM), btl_usnic_mtu 1472: batches" refused-batched \
-        --mca btl_usnic_mtu 1472
+        gso_datagrams --mca btl_usnic_mtu 1472
 else
     bad "nft not found (apt-get install nftables): the refused-send cases cannot run"
 fi

@@ -126,7 +126,7 @@ for entry in "${FAULTS[@]}"; do
     res=$(grep -E '^[0-9]+ passed, [0-9]+ failed$' "$d/suite.log" | tail -n 1)
     if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
         verdict="**FAIL: exceeded the ${TMO}s hard timeout**"
-    elif [ "$mech" = netem ] && ! suite_is_usnic "$BTL" && [[ $spec != *delay* ]]; then
+    elif [ "$rc" -eq 0 ] && [ "$mech" = netem ] && ! suite_is_usnic "$BTL" && [[ $spec != *delay* ]]; then
         verdict="pass ($res; a netem loss's effect is read from usnic's statistics only)"
     elif why=$(fault_no_effect "$([ "$mech" = netem ] && echo "$spec")" \
         "$([ "$mech" = btl-injector ] && echo "${!spec}")" "$queued" \

@@ -154,6 +154,12 @@ fault_no_effect() {
     fi
     read -ra args <<<"$injector"
     for ((k = 0; k + 1 < ${#args[@]}; k++)); do
+        # A misspelt name is ignored by Open MPI without a word, so it is named here.
+        if [[ ${args[$k]} == btl_usnic_fault_* ]] &&
+            ! [[ ${args[$k]} =~ ^btl_usnic_fault_((send|recv)_(drop|dup|delay)|seed|delay_us|panic_after)$ ]]; then
+            echo "${args[$k]} is no parameter of the injector"
+            return
+        fi
         [[ ${args[$k]} =~ ^btl_usnic_fault_(send|recv)_(drop|dup|delay)$ ]] || continue
         awk -v p="${args[$((k + 1))]}" 'BEGIN {exit !(p > 0)}' || continue
         key=fault_${BASH_REMATCH[1]}_${BASH_REMATCH[2]}

@@ -13,14 +13,18 @@ cd "$(dirname "$0")/../.." || exit 1
 passed=0 failed=0
 LOGDIR=$(mktemp -d /tmp/usnic-suite-selftest.XXXXXX)
 
-# case name, then the environment for tests/suite/mpi4py.sh
+# case name, a line the log must also have (the break took the path it names; "" for none), then
+# the environment for tests/suite/mpi4py.sh
 expect_caught() {
-    local name=$1 log=$LOGDIR/$1.log rc counted
-    shift
+    local name=$1 must=$2 log=$LOGDIR/$1.log rc counted
+    shift 2
     env SUITE_QUICK=1 SUITE_STALL=30 SUITE_TIMEOUT=300 "$@" tests/suite/mpi4py.sh >"$log" 2>&1
     rc=$?
     counted=$(tail -n1 "$log" | sed -nE 's/^[0-9]+ passed, ([0-9]+) failed$/\1/p')
-    if [ "$rc" -ne 0 ] && [ "${counted:-0}" -ge 1 ]; then
+    if [ -n "$must" ] && ! grep -qF -- "$must" "$log"; then
+        echo "FAIL $name: no line '$must': the case did not take its path (log: $log)"
+        failed=$((failed + 1))
+    elif [ "$rc" -ne 0 ] && [ "${counted:-0}" -ge 1 ]; then
         echo "PASS $name: caught ($(tail -n1 "$log"), exit $rc)"
         passed=$((passed + 1))
     else
@@ -30,9 +34,9 @@ expect_caught() {
 }
 
 P2P=(SUITE_MODULES='^test_p2p_buf$' SUITE_PASSES=main)
-expect_caught fail "${P2P[@]}" SUITE_SELFTEST=1
-expect_caught hang "${P2P[@]}" SUITE_SELFTEST=hang
-expect_caught flakyref "${P2P[@]}" SUITE_SELFTEST=flakyref
-expect_caught skipped SUITE_MODULES='^test_rma$' SUITE_PASSES=rma-rdma
+expect_caught fail "" "${P2P[@]}" SUITE_SELFTEST=1
+expect_caught hang "no output for 30s" "${P2P[@]}" SUITE_SELFTEST=hang
+expect_caught flakyref "again for tests that passed on neither side" "${P2P[@]}" SUITE_SELFTEST=flakyref
+expect_caught skipped "the pass tested nothing" SUITE_MODULES='^test_rma$' SUITE_PASSES=rma-rdma
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -310,6 +310,12 @@ class Runner:
         return results, seconds, notes
 
 
+def all_skipped(results):
+    """Whether a side ran tests and skipped every one (pseudo-tests such as the exit status aside)."""
+    real = [v for k, v in results.items() if not k.startswith("(")]
+    return bool(real) and all(v[0] == "SKIP" for v in real)
+
+
 def osc_reason(outroot, label, np, pname):
     """The first Open MPI help/error line of an RMA pass whose windows could not be created."""
     import glob
@@ -465,7 +471,8 @@ def main():
                                 and rr.get(t, ("ABSENT",))[0] not in ("PASS", "SKIP")})
                 if again:
                     log("   %s again for %s: %s" % (refl.label, "tests that passed on neither side", " ".join(again)))
-                    rr2, sr2, nr2 = runner.run_side(ref, np, pname, again, a.out)
+                    # Its own directory: the first run's outputs are the evidence of its failure.
+                    rr2, sr2, nr2 = runner.run_side(ref, np, pname, again, os.path.join(a.out, "again"))
                     sr += sr2
                     nr = nr + nr2
                     for t, v in rr2.items():
@@ -479,8 +486,7 @@ def main():
                 log("   note: " + n)
             if pname.startswith("rma"):
                 for side, res in [x for x in ((test, rt), (ref, rr)) if x[0]]:
-                    real = [v for k, v in res.items() if not k.startswith("(")]
-                    if real and all(v[0] == "SKIP" for v in real):
+                    if all_skipped(res):
                         why = osc_reason(a.out, side.label, np, pname)
                         log("   note: %s: every RMA test skipped over %s (window creation failed: %s)" % (
                             pname, side.label, why))
@@ -526,8 +532,7 @@ def main():
                 for mod in sorted(permod):
                     log("   %-24s | %-34s" % (mod, f(permod[mod][0])))
                 log("   np %d %s: %d passed, %d failed; %s %.1fs" % (np, pname, cp, cf, test.label, st))
-            real = [t for t in ids if not t.startswith("(")]
-            if real and all(rt.get(t, ("ABSENT",))[0] == "SKIP" for t in real):
+            if all_skipped(rt):
                 # Every test skipped over the BTL under test (RMA windows that could not be created,
                 # say): the pass tested nothing, which is not a pass.
                 cf += 1
