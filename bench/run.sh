@@ -422,6 +422,8 @@ record_skip() {  # scenario config bench reason
 }
 
 
+last_job_ok() { tail -n1 "$JOBS" | cut -f5 | grep -qx ok; }
+
 # MPI jobs of one scenario: round-robin over repetitions x benchmarks x configurations, so slow drifts of
 # the machine's load spread over every configuration. A (config, bench) pair that fails is retried up to
 # two extra times; after two failures without a success it is given up (reported with the error).
@@ -453,7 +455,7 @@ run_mpi_rep() {  # scenario "benches" timeout rep [before_first, given the scena
             if [ -n "$before" ]; then "$before" "$scen"; before=""; fi
             run_job "$scen" "$cfg" "$b" "$rep" "$tmo" "${launch[@]}" "${cargs[@]}" \
                 "$BENCH/bin/${prog[0]}" "${prog[@]:1}" "${COMMON_ARGS[@]}"
-            if tail -n1 "$JOBS" | cut -f5 | grep -qx ok; then
+            if last_job_ok; then
                 OKS[$key]=$((${OKS[$key]:-0} + 1))
             else
                 FAILS[$key]=$((${FAILS[$key]:-0} + 1))
@@ -488,15 +490,23 @@ fpp_once() {  # rep size-arg
     mkdir -p "${f%/*}"
     timeout -k 5 120 "${NICE[@]}" "${srv[@]}" fi_pingpong -p udp -e dgram -I "$FPP_ITERS" -S "$sarg" -B "$port" >"$f" 2>&1 &
     srv_pid=$!
-    sleep 0.5
+    # The client connects to the server's TCP port first: wait until it listens (a fixed 0.5 s
+    # was too short under load once in five repetitions), at most 5 s.
+    local i
+    for ((i = 0; i < 50; i++)); do
+        "${srv[@]}" ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
+        sleep 0.1
+    done
     run_job clean raw_floor "fi_pingpong_S$sarg" "$rep" 120 "${cli[@]}" fi_pingpong -p udp -e dgram -I "$FPP_ITERS" -S "$sarg" -P "$port" "$addr"
+    # A client that failed leaves its server waiting for the rest of its 120 s.
+    last_job_ok || kill "$srv_pid" 2>/dev/null
     wait "$srv_pid" 2>/dev/null || true
 }
 # fpp_once, and once more when that failed: a client that starts before its server listens is refused
 # (one of five repetitions of a netns run), and a lost floor repetition leaves its targets no verdict.
 fpp() {  # rep size-arg
     fpp_once "$1" "$2"
-    tail -n1 "$JOBS" | cut -f5 | grep -qx ok || fpp_once "$1" "$2"
+    last_job_ok || fpp_once "$1" "$2"
 }
 floor_rep() {  # rep
     fpp "$1" all

@@ -561,7 +561,7 @@ def own_jobs(tid):
         return [("clean", "mr")]
     if tid.startswith("loss"):
         return [(tid, "bw_loss"), ("clean", "bw_loss")]
-    return []
+    raise KeyError("own_jobs: target %s reads which benchmarks?" % tid)
 
 
 def cell(run, cfg, tid, tgt, notes, medians=False):

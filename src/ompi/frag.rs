@@ -50,8 +50,11 @@ impl Frag {
     }
 
     /// Whether `f` is a frag of `module` between `get` and `put`. A frag given back is kept in
-    /// the pool (up to `POOL_MAX`), so reading a second free's mark reads pooled memory;
-    /// beyond that, and for another BTL's descriptor, this only makes misuse unlikely to pass.
+    /// the pool (up to `POOL_MAX`), so reading a second free's mark reads pooled memory. What
+    /// it catches: a second free or a send of a frag still in the pool. Not caught: one handed
+    /// out again since (the pool reuses the frag freed last first, for its warm buffer), which
+    /// is live for its new owner; and for another BTL's descriptor this only makes misuse
+    /// unlikely to pass.
     ///
     /// # Safety
     /// `f` must point to readable memory at least as large as a `Frag`.

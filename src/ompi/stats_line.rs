@@ -67,17 +67,17 @@ pub fn stats_line(
         line,
         " oversize_recvs={} puts={} gets={} frags_live={} gso_sends={gso_sends} \
          gso_datagrams={gso_datagrams} gro_reads={gro_reads} gro_datagrams={gro_datagrams} \
-         busy_sends={} busy_batches={} lost_sends={} cut_recvs={}",
+         busy_sends={} busy_batches={} cut_recvs={} lost_sends={}",
         st.oversize_recvs,
         st.puts,
         st.gets,
         st.frags.live,
         st.busy_sends,
         st.busy_batches,
+        st.fabric.cut_recvs(Channel::Data),
         st.lost_sends
             + st.fabric.lost_batched(Channel::Data)
-            + st.fabric.lost_batched(Channel::Priority),
-        st.fabric.cut_recvs(Channel::Data)
+            + st.fabric.lost_batched(Channel::Priority)
     );
     if faults {
         let f = st.fabric.fault_stats();

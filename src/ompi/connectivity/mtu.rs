@@ -40,7 +40,8 @@ pub fn used(local: u32, remote: u32) -> u32 {
 /// (add_procs), and Open MPI 4.1.4's mpirun garbles help messages that reach it together, so
 /// the message cannot go to mpirun for aggregation; each process prints its own.
 pub fn reports(local: Ipv4Addr, remote: Ipv4Addr, i_am_first: bool) -> bool {
-    (u32::from(local), !i_am_first) < (u32::from(remote), i_am_first)
+    let (local, remote) = (u32::from(local), u32::from(remote));
+    local < remote || (local == remote && i_am_first)
 }
 
 /// Warns when the two ends' datagram sizes differ (once per local interface and remote host,
