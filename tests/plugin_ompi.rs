@@ -44,6 +44,7 @@ fn workdir() -> &'static Path {
             "pvarthread",
             "late0",
             "spawnexit",
+            "connect",
         ] {
             let st = Command::new("mpicc")
                 .args(["-O2", "-pthread"])
@@ -1754,4 +1755,55 @@ fn spawned_children_that_exit_are_not_declared_failed() {
     let (out, err) = succeeded(&o);
     assert!(out.contains("PASS parent"), "{out}");
     assert!(!err.contains("stopped hearing"), "{err}");
+}
+
+/// Two mpiruns on one host joined by `MPI_Comm_connect`/`MPI_Comm_accept` (through
+/// `ompi-server`): Open MPI calls each other's processes remote, with host "unknown", and the
+/// equal eth0 addresses are refused like two hosts' docker0 bridges; the host identity in the
+/// modex tells the plugin they share `lo` (it found no route before: "no local interface shares
+/// a subnet", both jobs exited 17).
+#[test]
+fn two_jobs_on_one_host_connect_over_usnic() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = workdir().join("connect-run");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let uri = dir.join("uri.txt");
+    let mut server = Command::new("ompi-server")
+        .arg("--no-daemonize")
+        .arg("-r")
+        .arg(&uri)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .spawn()
+        .expect("ompi-server (openmpi-bin)");
+    let t0 = Instant::now();
+    while !std::fs::read_to_string(&uri).is_ok_and(|s| !s.trim().is_empty()) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "ompi-server wrote no URI"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let job = |role: &str| {
+        let mut c = ompi("mpirun");
+        c.args(["-np", "2", "--oversubscribe", "--ompi-server"])
+            .arg(format!("file:{}", uri.display()));
+        c.args(["--mca", "pml", "ob1", "--mca", "btl", "usnic,self"]);
+        c.arg(workdir().join("connect"))
+            .arg(role)
+            .arg(dir.join("port.txt"));
+        c.current_dir(&dir);
+        c
+    };
+    let server_job = job("server");
+    let accepting = std::thread::spawn(move || run(server_job, Duration::from_secs(90)));
+    let client = run(job("client"), Duration::from_secs(90));
+    let server_out = accepting.join().unwrap();
+    let _ = server.kill();
+    let _ = server.wait();
+    let (out, _) = succeeded(&client);
+    assert!(out.contains("PASS client"), "{out}");
+    let (out, _) = succeeded(&server_out);
+    assert!(out.contains("PASS server"), "{out}");
 }

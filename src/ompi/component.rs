@@ -49,6 +49,8 @@ pub struct Component {
     pub my_jobid: u32,
     pub my_vpid: u32,
     pub my_host: String,
+    /// `modex::host_identity()` of this process (what its modex entries carry).
+    pub my_host_id: u64,
     /// Procs reached by at least one module (for `show_route_failures`).
     pub reached: std::cell::RefCell<HashSet<(u32, u32)>>,
     pub next_stats: std::cell::Cell<Instant>,
@@ -236,7 +238,9 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
         .from_env(),
     );
 
+    let host = modex::host_identity();
     for m in modules.iter_mut() {
+        m.entry.host = host;
         // Loopback modules serve same-host peers only: nothing to check.
         if !m.entry.is_loopback() {
             m.entry.cc_port = super::connectivity::edge::listen(m.entry.ipv4, m.entry.data_mtu);
@@ -256,6 +260,7 @@ pub fn init(params: &usnic_rs_params_t, mpi_threads: bool, num: &mut u32) -> i32
         modules,
         my_jobid: jobid,
         my_vpid: vpid,
+        my_host_id: host,
         my_host,
         reached: Default::default(),
         next_stats: std::cell::Cell::new(Instant(fabric::now().0 + stats_every)),
@@ -434,6 +439,8 @@ fn open_module(
         address: fab.local_address(),
         // Set below, once an interface opened and the checker runs.
         cc_port: 0,
+        // Set below, once for every module.
+        host: 0,
     };
     let engine = match Engine::new(ec) {
         Ok(e) => e,

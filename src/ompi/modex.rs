@@ -5,10 +5,10 @@
 //! word. Decoding never trusts the bytes: any inconsistency is an error naming it.
 use std::net::Ipv4Addr;
 
-/// "URS" + format version 3 (2 added `cc_port`, 3 `rx_window`).
-const MAGIC: [u8; 4] = *b"URS\x03";
+/// "URS" + format version 4 (2 added `cc_port`, 3 `rx_window`, 4 `host`).
+const MAGIC: [u8; 4] = *b"URS\x04";
 /// Fixed part of one entry, before the fabric address bytes.
-const ENTRY_FIXED: usize = 8 + 8 + 2 + 4 + 4 + 4 + 4 + 2 + 2 + 4;
+const ENTRY_FIXED: usize = 8 + 8 + 2 + 4 + 4 + 4 + 4 + 2 + 2 + 4 + 8;
 /// Upper bound on a fabric address (sockaddr_in6 is 28 bytes; leave room for other providers).
 const MAX_ADDR: usize = 256;
 /// Upper bound on modules per process (sanity bound on wire input).
@@ -35,6 +35,10 @@ pub struct ModexEntry {
     pub cc_port: u16,
     /// Data-channel datagrams the module absorbs while not polling (`Config::rx_window`).
     pub rx_window: u32,
+    /// The host and network namespace the process runs in (`host_identity`; 0 = unknown):
+    /// Open MPI calls a process of another mpirun on the same host remote, and its host name
+    /// "unknown", so this is how two such processes learn that `lo` joins them.
+    pub host: u64,
 }
 
 impl ModexEntry {
@@ -59,8 +63,28 @@ pub fn encode(entries: &[ModexEntry]) -> Vec<u8> {
         out.extend_from_slice(&e.address);
         out.extend_from_slice(&e.cc_port.to_le_bytes());
         out.extend_from_slice(&e.rx_window.to_le_bytes());
+        out.extend_from_slice(&e.host.to_le_bytes());
     }
     out
+}
+
+/// This process's host and network namespace: the kernel's boot id (new at every boot, shared by
+/// every namespace of the host) and the inode of its network namespace (processes in one see
+/// the same `lo`). 0 when either cannot be read.
+pub fn host_identity() -> u64 {
+    use std::hash::{Hash, Hasher};
+    use std::os::unix::fs::MetadataExt;
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id");
+    let netns = std::fs::metadata("/proc/self/ns/net").map(|m| (m.dev(), m.ino()));
+    match (boot, netns) {
+        (Ok(boot), Ok(netns)) => {
+            // Fixed keys: every process must derive the same value.
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            (boot.trim(), netns).hash(&mut h);
+            h.finish().max(1)
+        }
+        _ => 0,
+    }
 }
 
 struct Reader<'a> {
@@ -125,6 +149,7 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<ModexEntry>, String> {
         let address = r.take(alen)?.to_vec();
         let cc_port = r.u16()?;
         let rx_window = r.u32()?;
+        let host = r.u64()?;
         if data_mtu < 64 {
             return Err(format!("entry {i}: data MTU {data_mtu} too small"));
         }
@@ -139,6 +164,7 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<ModexEntry>, String> {
             address,
             cc_port,
             rx_window,
+            host,
         });
     }
     if r.at != bytes.len() {
@@ -166,7 +192,34 @@ mod tests {
             address: vec![10, 0, 0, i, 0x12, 0x34, 0x56, 0x78],
             cc_port: 40000 + i as u16,
             rx_window: 100 + i as u32,
+            host: 0x0123_4567_89ab_cdef,
         }
+    }
+
+    #[test]
+    fn the_host_identity_is_the_same_for_every_process_of_a_namespace() {
+        let here = host_identity();
+        assert_ne!(here, 0, "boot id and network namespace are readable here");
+        // Another process in this namespace derives the same value.
+        let exe = std::env::current_exe().unwrap();
+        let out = std::process::Command::new(exe)
+            .args([
+                "--exact",
+                "ompi::modex::tests::print_host_identity",
+                "--nocapture",
+                "--ignored",
+            ])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(&format!("host identity {here}\n")), "{text}");
+    }
+
+    /// Run by the test above in a process of its own.
+    #[test]
+    #[ignore]
+    fn print_host_identity() {
+        println!("host identity {}", host_identity());
     }
 
     #[test]
@@ -194,7 +247,7 @@ mod tests {
     #[test]
     fn bad_fields_are_rejected() {
         let mut blob = encode(&[entry(1)]);
-        blob[3] = 2; // the version before rx_window
+        blob[3] = 3; // the version before host
         assert!(decode(&blob).is_err());
         let mut blob = encode(&[entry(1)]);
         blob[4..6].copy_from_slice(&1000u16.to_le_bytes());

@@ -39,6 +39,18 @@ fn peer_entries(proc_: *const sys::opal_proc_t) -> Result<Option<Vec<ModexEntry>
     modex::decode(&bytes).map(Some)
 }
 
+/// Whether `p` runs on this host, in this network namespace: Open MPI says so for the processes
+/// of our own mpirun, and calls a process of another (connect/accept, on one host) remote, with
+/// host "unknown"; the host identity in its modex entries says it shares our `lo`.
+fn on_this_node(c: &Component, p: *const sys::opal_proc_t, theirs: &[ModexEntry]) -> bool {
+    // SAFETY: p is a live opal_proc_t.
+    let local = unsafe { sys::usnic_shim_proc_on_local_node(p) } != 0;
+    local
+        || theirs
+            .first()
+            .is_some_and(|e| e.host != 0 && e.host == c.my_host_id)
+}
+
 fn proc_name(p: *const sys::opal_proc_t) -> (u32, u32) {
     let (mut j, mut v) = (0, 0);
     // SAFETY: p is a live opal_proc_t; writes two u32 out-parameters.
@@ -78,8 +90,8 @@ pub fn add_procs(
             continue; // the self BTL's business
         }
         // SAFETY: p is a live opal_proc_t.
-        let same_node = unsafe { sys::usnic_shim_proc_on_local_node(p) } != 0;
-        if same_node && !c.settings.same_node {
+        let local = unsafe { sys::usnic_shim_proc_on_local_node(p) } != 0;
+        if local && !c.settings.same_node {
             continue;
         }
         let host = proc_host(p);
@@ -96,6 +108,10 @@ pub fn add_procs(
                 continue;
             }
         };
+        let same_node = on_this_node(c, p, &theirs);
+        if same_node && !c.settings.same_node {
+            continue;
+        }
         let i_am_first = (c.my_jobid, c.my_vpid) < (jobid, vpid);
         let Some(j) = pairing::peer_module_for(
             &mine,
@@ -130,27 +146,26 @@ pub fn add_procs(
                 continue;
             }
             let (jobid, vpid) = proc_name(p);
-            // SAFETY: p is a live opal_proc_t.
-            let same_node = unsafe { sys::usnic_shim_proc_on_local_node(p) } != 0;
-            if (jobid, vpid) == (c.my_jobid, c.my_vpid) || (same_node && !c.settings.same_node) {
+            let Ok(Some(theirs)) = peer_entries(p) else {
+                continue;
+            };
+            if (jobid, vpid) == (c.my_jobid, c.my_vpid)
+                || (on_this_node(c, p, &theirs) && !c.settings.same_node)
+            {
                 continue;
             }
-            let published = matches!(peer_entries(p), Ok(Some(_)));
-            if published && !c.reached.borrow().contains(&(jobid, vpid)) {
+            if !c.reached.borrow().contains(&(jobid, vpid)) {
                 let local = c
                     .modules
                     .iter()
                     .map(|m| format!("{} {}/{}", m.info.name, m.entry.ipv4, m.entry.netmask))
                     .collect::<Vec<_>>()
                     .join(", ");
-                let remote = match peer_entries(p) {
-                    Ok(Some(t)) => t
-                        .iter()
-                        .map(|e| format!("{}/{}", e.ipv4, e.netmask))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    _ => String::new(),
-                };
+                let remote = theirs
+                    .iter()
+                    .map(|e| format!("{}/{}", e.ipv4, e.netmask))
+                    .collect::<Vec<_>>()
+                    .join(", ");
                 let fallback = format!(
                     "rank {vpid} on {} is unreachable over usnic: none of its interfaces shares \
                      a subnet with this process's ({local}); another BTL must carry its traffic",
