@@ -39,16 +39,20 @@ fn peer_entries(proc_: *const sys::opal_proc_t) -> Result<Option<Vec<ModexEntry>
     modex::decode(&bytes).map(Some)
 }
 
-/// Whether `p` runs on this host, in this network namespace: Open MPI says so for the processes
-/// of our own mpirun, and calls a process of another (connect/accept, on one host) remote, with
-/// host "unknown"; the host identity in its modex entries says it shares our `lo`.
-fn on_this_node(c: &Component, p: *const sys::opal_proc_t, theirs: &[ModexEntry]) -> bool {
+/// Whether Open MPI calls `p` a process of this node (our own mpirun's only).
+fn local_to_open_mpi(p: *const sys::opal_proc_t) -> bool {
     // SAFETY: p is a live opal_proc_t.
-    let local = unsafe { sys::usnic_shim_proc_on_local_node(p) } != 0;
-    local
-        || theirs
-            .first()
-            .is_some_and(|e| e.host != 0 && e.host == c.my_host_id)
+    let local = unsafe { sys::usnic_shim_proc_on_local_node(p) };
+    local != 0
+}
+
+/// Whether a peer's modex entries carry this process's host identity: Open MPI calls a process
+/// of another mpirun (connect/accept, on one host) remote, with host "unknown", though it shares
+/// our `lo`.
+fn shares_host(c: &Component, theirs: &[ModexEntry]) -> bool {
+    theirs
+        .first()
+        .is_some_and(|e| e.host != 0 && e.host == c.my_host_id)
 }
 
 fn proc_name(p: *const sys::opal_proc_t) -> (u32, u32) {
@@ -89,8 +93,7 @@ pub fn add_procs(
         if (jobid, vpid) == (c.my_jobid, c.my_vpid) {
             continue; // the self BTL's business
         }
-        // SAFETY: p is a live opal_proc_t.
-        let local = unsafe { sys::usnic_shim_proc_on_local_node(p) } != 0;
+        let local = local_to_open_mpi(p);
         if local && !c.settings.same_node {
             continue;
         }
@@ -108,7 +111,7 @@ pub fn add_procs(
                 continue;
             }
         };
-        let same_node = on_this_node(c, p, &theirs);
+        let same_node = local || shares_host(c, &theirs);
         if same_node && !c.settings.same_node {
             continue;
         }
@@ -150,7 +153,7 @@ pub fn add_procs(
                 continue;
             };
             if (jobid, vpid) == (c.my_jobid, c.my_vpid)
-                || (on_this_node(c, p, &theirs) && !c.settings.same_node)
+                || ((local_to_open_mpi(p) || shares_host(c, &theirs)) && !c.settings.same_node)
             {
                 continue;
             }
