@@ -32,24 +32,16 @@ STATS=(--mca btl_usnic_stats 3600 --mca btl_usnic_sd_num 16)
 # shellcheck source=tests/verdict.sh
 . "$ROOT/tests/verdict.sh"
 
-# usnic_final_lines, run_netns_logdir, manyreq_passed.
+# usnic_final_sum, run_netns_logdir, manyreq_passed.
 SUITE_DIR=$ROOT/tests/suite
 # shellcheck source=tests/suite/netns_lib.sh
 . "$SUITE_DIR/netns_lib.sh"
-
-# Sum of counter $1 over the final statistics lines in the files $2...; empty when there is none.
-final_sum() {
-    local key=$1
-    shift
-    usnic_final_lines "$@" | grep -oE " $key=[0-9]+" | cut -d= -f2 |
-        awk '{s += $1; n++} END {if (n) print s}'
-}
 
 # Judges one case: the job's exit status $2 and result line in log $3, then counter $4 in logs $5...
 judge() {
     local name=$1 rc=$2 log=$3 key=$4 n
     shift 4
-    n=$(final_sum "$key" "$@")
+    n=$(usnic_final_sum "$key" "$@")
     if [ "$rc" -ne 0 ]; then
         bad "$name: exit $rc (log: $log)"
     elif ! manyreq_passed "$log"; then
@@ -134,7 +126,7 @@ EOF
             --mca btl_usnic_if_include lo -x FI_UDP_IFACE=lo --mca btl_usnic_stats 3600 "$@" \
             "$PROG" -t $((JOB_LIMIT - 15)) >"$log" 2>&1
         rc=$?
-        n=$([ -n "$also" ] && final_sum "$also" "$log")
+        n=$([ -n "$also" ] && usnic_final_sum "$also" "$log")
         if [ -n "$also" ] && [ "${n:-0}" -eq 0 ]; then
             bad "$name: $also=${n:-absent}: the path the case names was not taken (log: $log)"
         else

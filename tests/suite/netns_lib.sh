@@ -121,6 +121,14 @@ usnic_final_lines() {
     grep -hE 'btl:usnic: stats \(final\) ' "$@" 2>/dev/null
 }
 
+# Sum of counter $1 over the final statistics lines in the files $2...; empty when there is none.
+usnic_final_sum() {
+    local key=$1
+    shift
+    usnic_final_lines "$@" | grep -oE " $key=[0-9]+" | cut -d= -f2 |
+        awk '{s += $1; n++} END {if (n) print s}'
+}
+
 # One line "TIMEOUT FAST DUP SPURIOUS" per final statistics line of the usnic BTL found in the
 # given logs (resends_timeout, resends_fast, dup_recvs, spurious_resends); nothing when there
 # is none.
@@ -166,8 +174,8 @@ fault_no_effect() {
         key=${key/%_drop/_dropped}
         key=${key/%_dup/_duplicated}
         key=${key/%_delay/_delayed}
-        n=$(usnic_final_lines "$@" | grep -oE " $key=[0-9]+" | cut -d= -f2 | awk '{s += $1} END {print s + 0}')
-        [ "$n" -gt 0 ] || { echo "${args[$k]} ${args[$((k + 1))]} acted nowhere ($key 0)"; return; }
+        n=$(usnic_final_sum "$key" "$@")
+        [ "${n:-0}" -gt 0 ] || { echo "${args[$k]} ${args[$((k + 1))]} acted nowhere ($key ${n:-0})"; return; }
         acting=$((acting + 1))
     done
     if [ -n "$injector" ] && [ "$acting" -eq 0 ]; then
