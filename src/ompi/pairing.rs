@@ -81,6 +81,34 @@ pub fn peer_module_for(
     }
 }
 
+/// Why `pair` found nothing for a peer, for the "unreachable peer IP" message: the first rule
+/// that refused a pair of interfaces which otherwise matched, else the subnet rule.
+pub fn why_unpaired(mine: &[Iface], theirs: &[Iface], same_node: bool) -> String {
+    let pairs = || mine.iter().flat_map(|a| theirs.iter().map(move |b| (a, b)));
+    if !same_node {
+        if let Some((a, _)) = pairs().find(|(a, b)| same_subnet(a, b) && a.ipv4 == b.ipv4) {
+            return format!(
+                "the peer's interface on the shared subnet has this host's own address {} (a \
+                 bridge such as docker0 or virbr0 has the same address on every host), so \
+                 datagrams to it would not leave this host; another BTL must carry its traffic",
+                a.ipv4
+            );
+        }
+    }
+    let overlap = |a: &Iface, b: &Iface| {
+        let mask = u32::from(a.netmask) & u32::from(b.netmask);
+        !a.is_loopback() && !b.is_loopback() && u32::from(a.ipv4) & mask == u32::from(b.ipv4) & mask
+    };
+    if let Some((a, b)) = pairs().find(|(a, b)| a.netmask != b.netmask && overlap(a, b)) {
+        return format!(
+            "the peer's interface {}/{} overlaps this process's {}/{} but the netmasks differ; \
+             another BTL must carry its traffic",
+            b.ipv4, b.netmask, a.ipv4, a.netmask
+        );
+    }
+    "no local interface shares a subnet with the peer's; another BTL must carry its traffic".into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,6 +156,28 @@ mod tests {
         let a = [ifc([10, 0, 1, 5], 24)];
         let b = [ifc([10, 0, 1, 9], 16)];
         assert!(pair(&a, &b, false).is_empty());
+        assert!(
+            why_unpaired(&a, &b, false).starts_with("the peer's interface 10.0.1.9/255.255.0.0 overlaps this process's 10.0.1.5/255.255.255.0 but the netmasks differ"),
+            "{}",
+            why_unpaired(&a, &b, false)
+        );
+    }
+
+    #[test]
+    fn the_reason_names_the_rule_that_refused() {
+        // Only virbr0 in common across nodes: refused by the same-address rule, not the subnet's.
+        let a = [ifc([192, 168, 122, 1], 24), ifc([10, 0, 0, 1], 24)];
+        let b = [ifc([192, 168, 122, 1], 24), ifc([10, 1, 0, 2], 24)];
+        assert!(pair(&a, &b, false).is_empty());
+        assert!(why_unpaired(&a, &b, false).starts_with(
+            "the peer's interface on the shared subnet has this host's own address 192.168.122.1"
+        ));
+        let b = [ifc([10, 1, 0, 2], 24)];
+        assert!(why_unpaired(&a, &b, false).starts_with("no local interface shares a subnet"));
+        // Loopback against a real interface on one node: no subnet in common.
+        let lo = [ifc([127, 0, 0, 1], 8)];
+        assert!(pair(&lo, &b, true).is_empty());
+        assert!(why_unpaired(&lo, &b, true).starts_with("no local interface shares a subnet"));
     }
 
     #[test]

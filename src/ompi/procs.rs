@@ -152,9 +152,8 @@ pub fn add_procs(
             let Ok(Some(theirs)) = peer_entries(p) else {
                 continue;
             };
-            if (jobid, vpid) == (c.my_jobid, c.my_vpid)
-                || ((local_to_open_mpi(p) || shares_host(c, &theirs)) && !c.settings.same_node)
-            {
+            let same_node = local_to_open_mpi(p) || shares_host(c, &theirs);
+            if (jobid, vpid) == (c.my_jobid, c.my_vpid) || (same_node && !c.settings.same_node) {
                 continue;
             }
             if !c.reached.borrow().contains(&(jobid, vpid)) {
@@ -169,9 +168,10 @@ pub fn add_procs(
                     .map(|e| format!("{}/{}", e.ipv4, e.netmask))
                     .collect::<Vec<_>>()
                     .join(", ");
+                let reason = pairing::why_unpaired(&mine, &ifaces(&theirs), same_node);
                 let fallback = format!(
-                    "rank {vpid} on {} is unreachable over usnic: none of its interfaces shares \
-                     a subnet with this process's ({local}); another BTL must carry its traffic",
+                    "rank {vpid} on {} is unreachable over usnic from this process's interfaces \
+                     ({local}): {reason}",
                     proc_host(p),
                 );
                 let names = c
@@ -192,7 +192,7 @@ pub fn add_procs(
                     s(&addrs),
                     s(format!("{} (rank {vpid})", proc_host(p))),
                     s(&remote),
-                    s("no local interface shares a subnet with the peer's; another BTL must carry its traffic"));
+                    s(&reason));
             }
         }
     }
