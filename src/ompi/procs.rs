@@ -363,47 +363,38 @@ fn remove_peers(m: &ModuleCell, peers: &[crate::proto::PeerId]) {
     for &p in peers {
         st.engine.remove_peer(now, p);
     }
-    // Completions of what was still queued: free our descriptors, no callbacks. Deferred upcalls
-    // naming a removed endpoint go too (it is freed below).
+    // Completions of what was still queued for the removed peers: free our descriptors, no
+    // callbacks (their endpoints are freed below). Everything else, deferred or just drained,
+    // stays queued for the next progress call: it belongs to peers that are still there.
     let removed: Vec<*mut Endpoint> = peers.iter().map(|&p| st.endpoint_of(p)).collect();
-    let mut batch = Vec::new();
-    st.drain_events(now, &mut batch);
-    let deferred = core::mem::take(&mut st.deferred);
-    for up in deferred {
+    let mut queued = core::mem::take(&mut st.deferred);
+    st.drain_events(now, &mut queued);
+    for up in queued {
         match up {
             super::module::Upcall::PeerFailed { endpoint } if removed.contains(&endpoint) => {}
-            super::module::Upcall::RdmaDone { op, status }
-                // SAFETY: operations with a pending completion are live.
+            // SAFETY: operations with a pending completion are live.
+            super::module::Upcall::RdmaDone { op, .. }
                 if removed.contains(&unsafe { (*op).endpoint }) =>
             {
-                batch.push(super::module::Upcall::RdmaDone { op, status })
-            }
-            super::module::Upcall::SendDone { frag, status }
-                // SAFETY: frags with a pending completion are live.
-                if removed.contains(&unsafe { (*frag).endpoint }) =>
-            {
-                batch.push(super::module::Upcall::SendDone { frag, status })
-            }
-            other => st.deferred.push(other),
-        }
-    }
-    for up in batch {
-        if let super::module::Upcall::RdmaDone { op, .. } = up {
-            // SAFETY: an operation the core just failed; nobody else holds it.
-            let op = unsafe { Box::from_raw(op) };
-            if let Some(t) = op.temp_region {
-                st.forget_region(t);
-            }
-            continue;
-        }
-        if let super::module::Upcall::SendDone { frag, .. } = up {
-            // SAFETY: a frag with an outstanding send; the peer is gone, so nobody will
-            // complete it. Free only BTL-owned ones (the PML frees the others itself).
-            unsafe {
-                if (*frag).des.des_flags & DES_FLAGS_BTL_OWNERSHIP != 0 {
-                    st.free_frag(frag);
+                // SAFETY: an operation the core just failed; nobody else holds it.
+                let op = unsafe { Box::from_raw(op) };
+                if let Some(t) = op.temp_region {
+                    st.forget_region(t);
                 }
             }
+            // SAFETY: frags with a pending completion are live.
+            super::module::Upcall::SendDone { frag, .. }
+                if removed.contains(&unsafe { (*frag).endpoint }) =>
+            {
+                // SAFETY: a frag with an outstanding send; the peer is gone, so nobody will
+                // complete it. Free only BTL-owned ones (the PML frees the others itself).
+                unsafe {
+                    if (*frag).des.des_flags & DES_FLAGS_BTL_OWNERSHIP != 0 {
+                        st.free_frag(frag);
+                    }
+                }
+            }
+            other => st.deferred.push(other),
         }
     }
     for &p in peers {
