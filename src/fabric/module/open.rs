@@ -3,7 +3,7 @@
 use super::Module;
 use crate::fabric::channel::{ChannelRes, Sizes, SocketUse};
 use crate::fabric::config::FabricConfig;
-use crate::fabric::device::{DeviceInfo, MAX_UDP_PAYLOAD};
+use crate::fabric::device::DeviceInfo;
 use crate::fabric::error::{check, FabricError};
 use crate::fabric::fid::Fid;
 use crate::fabric::sys;
@@ -85,8 +85,8 @@ impl Module {
     /// Queue sizes follow the original: data channel `sd_num` defaults to the provider's
     /// `tx_attr.size`, `rd_num` to `default_rd_num` (the provider's `rx_attr.size` unless its
     /// datagrams are large), priority channel 127 each, all capped by the provider;
-    /// each CQ holds at least sd + rd entries. The data MTU is `dev.mtu` (capped again by
-    /// `cfg.mtu_cap`), the priority MTU `cfg.priority_mtu` capped by the data MTU. Buffers are
+    /// each CQ holds at least sd + rd entries. The data MTU is `dev.mtu`, as `discover` capped it
+    /// with the same `cfg`, the priority MTU `cfg.priority_mtu` capped by the data MTU. Buffers are
     /// registered only when the provider asks for local registration (`FI_MR_LOCAL`); a
     /// provider with `FI_MSG_PREFIX` gets its prefix reserved before every payload.
     pub fn open(dev: &DeviceInfo, cfg: &FabricConfig) -> Result<Module, FabricError> {
@@ -110,13 +110,7 @@ impl Module {
         cfg: &FabricConfig,
         emulate: Emulate,
     ) -> Result<Module, FabricError> {
-        // `discover` caps `dev.mtu` already; the fields are public, so once more here.
-        let data_mtu = if cfg.mtu_cap > 0 {
-            dev.mtu.min(cfg.mtu_cap)
-        } else {
-            dev.mtu
-        }
-        .min(MAX_UDP_PAYLOAD);
+        let data_mtu = dev.mtu;
         if data_mtu == 0 || cfg.priority_mtu == 0 {
             return Err(FabricError::invalid(
                 "Module::open",
