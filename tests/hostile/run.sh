@@ -15,6 +15,8 @@
 set -u
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
+# shellcheck source=tests/stats_lib.sh
+. "$ROOT/tests/stats_lib.sh"
 PASSED=0
 FAILED=0
 
@@ -87,14 +89,9 @@ ranks_of() {
 
 # stat LOG NAME: sum of counter NAME over the ranks' final statistics lines, or "missing"
 stat() {
-    awk -v want="$2" '/btl:usnic: stats \(final\)/ {
-            for (i = 1; i <= NF; i++) {
-                eq = index($i, "=")
-                if (eq && substr($i, 1, eq - 1) == want && substr($i, eq + 1) ~ /^[0-9]+$/) {
-                    s += substr($i, eq + 1); seen = 1
-                }
-            }
-        } END { if (seen) print s; else print "missing" }' "$1"
+    local n
+    n=$(usnic_final_sum "$2" "$1")
+    echo "${n:-missing}"
 }
 
 # per_module LOG NAME: counter NAME per module (interface), summed over ranks

@@ -1,5 +1,7 @@
 # Sourced by tests/suite/netns.sh and faults.sh (after lib.sh): the netns cluster of
 # ../shared/tools/netns-cluster.sh, taken under the same lock as tests/run-netns.sh.
+# shellcheck source=tests/stats_lib.sh
+. "$SUITE_DIR/../stats_lib.sh"
 NC=${NC:-$("$SUITE_DIR/../../scripts/find-netns-cluster.sh")}
 export NC_NET=${NC_NET:-10.77.0}
 NC_LOCK=/run/lock/usnic-rs-netns.lock
@@ -114,27 +116,6 @@ manyreq_on_two_hosts() {
         WHY="exit 0 but no PASS line from manyreq (output: $out)"
     fi
     [ -z "$WHY" ]
-}
-
-# The final statistics lines of the usnic BTL found in the given logs (btl_usnic_stats > 0).
-usnic_final_lines() {
-    grep -hE 'btl:usnic: stats \(final\) ' "$@" 2>/dev/null
-}
-
-# Sum of counter $1 over the final statistics lines in the files $2...; empty when there is none.
-usnic_final_sum() {
-    local key=$1
-    shift
-    usnic_final_lines "$@" | grep -oE " $key=[0-9]+" | cut -d= -f2 |
-        awk '{s += $1; n++} END {if (n) print s}'
-}
-
-# One line "TIMEOUT FAST DUP SPURIOUS" per final statistics line of the usnic BTL found in the
-# given logs (resends_timeout, resends_fast, dup_recvs, spurious_resends); nothing when there
-# is none.
-usnic_final_resends() {
-    usnic_final_lines "$@" |
-        sed -nE 's/.* resends_timeout=([0-9]+) resends_fast=([0-9]+).* dup_recvs=([0-9]+) .* spurious_resends=([0-9]+) .*/\1 \2 \3 \4/p'
 }
 
 # Datagrams the cluster's emulated netem on host $1 took through its queue (the iptables NFQUEUE
