@@ -45,12 +45,19 @@ fn workdir() -> &'static Path {
             "late0",
             "spawnexit",
             "connect",
+            "descown",
         ] {
-            let st = Command::new("mpicc")
-                .args(["-O2", "-pthread"])
+            let mut cc = Command::new("mpicc");
+            cc.args(["-O2", "-pthread"])
                 .arg("-o")
                 .arg(d.join(prog))
-                .arg(src.join(format!("{prog}.c")))
+                .arg(src.join(format!("{prog}.c")));
+            if prog == "descown" {
+                // It calls the BTL itself: Open MPI's own headers (on mpicc's include path,
+                // from libopenmpi-dev) and libopen-pal's symbols.
+                cc.arg("-lopen-pal");
+            }
+            let st = cc
                 .status()
                 .expect("mpicc (libopenmpi-dev) must be installed");
             assert!(st.success(), "mpicc {prog}.c failed");
@@ -1034,6 +1041,19 @@ fn a_short_send_read_in_place_completes_without_waiting_for_its_ack() {
     let (took, err) = lentsend("32768", "0", &limit("0"));
     assert!(took >= 2500, "{took} ms");
     assert_eq!(stat_sum(&err, "lent_released"), 0, "{err}");
+}
+
+/// btl.h's descriptor contract, driven straight into the BTL beside ob1 (`descown.c`): a
+/// BTL-owned send completes once (btl_send returns 1, or one callback); a descriptor the PML
+/// keeps (no `MCA_BTL_DES_FLAGS_BTL_OWNERSHIP`) is called back once, keeps its segment (no
+/// other descriptor is given that memory) and can be filled and sent again, read in place
+/// or not; a descriptor freed unsent is taken back once.
+#[test]
+fn descriptors_keep_the_btl_contract() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let o = mpirun(2, &["--mca", "btl", "usnic,self"], &["descown"]);
+    let (out, err) = succeeded(&o);
+    assert_eq!(out.matches(": 0 errors").count(), 2, "{out}\n{err}");
 }
 
 #[test]

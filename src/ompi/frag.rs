@@ -79,9 +79,15 @@ impl Frag {
         self.seg_len(0).min(self.buf.len())
     }
 
+    /// The bytes of segment 0.
+    pub fn segment0(&self) -> &[u8] {
+        &self.buf[..self.seg0_len()]
+    }
+
     /// Segment 0 as one owned buffer for the core (reusing `buf`): what `alloc` and packed
-    /// `prepare_src` fragments carry. A fragment with user data in segment 1 is lent instead
-    /// (`LentFrag`).
+    /// `prepare_src` fragments carry when the BTL owns them (it frees them once sent). A
+    /// fragment with user data in segment 1 is lent instead (`LentFrag`); one the PML keeps
+    /// (no `BTL_OWNERSHIP`) is copied, its segment staying its own (see `send`).
     pub fn take_segment0(&mut self) -> Vec<u8> {
         let len0 = self.seg0_len();
         let mut data = core::mem::take(&mut self.buf);
@@ -249,6 +255,23 @@ mod tests {
             p.copy_to(4, &mut out[..4]);
             assert_eq!(&out[..4], b"User");
             drop(p);
+            assert!(pool.put(f).is_none());
+        }
+    }
+
+    #[test]
+    fn segment0_is_read_without_being_taken() {
+        let mut pool = FragPool::default();
+        let f = pool.get(0, ptr::null_mut(), 8, 0, 255, |n| vec![0; n]);
+        // SAFETY: f is live.
+        unsafe {
+            let fr = &mut *f;
+            fr.buf.copy_from_slice(b"headdata");
+            fr.segs[0].seg_len = 4;
+            let addr = fr.segs[0].seg_addr.pval as usize;
+            assert_eq!(fr.segment0(), b"head");
+            assert_eq!(fr.segment0(), b"head", "read twice: still there");
+            assert_eq!(fr.buf.as_ptr() as usize, addr, "the segment's memory stays");
             assert!(pool.put(f).is_none());
         }
     }

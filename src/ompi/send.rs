@@ -187,9 +187,20 @@ pub fn send(
         // calls the PML back (and frees the frag) only once the core reports completion.
         let lent: Box<dyn Lent> = Box::new(unsafe { LentFrag::new(f) });
         lent.into()
-    } else {
-        // SAFETY: f is a live descriptor of this module (no user segment: see `lend`).
+    } else if flags & DES_FLAGS_BTL_OWNERSHIP != 0 {
+        // SAFETY: f is a live descriptor of this module (no user segment: see `lend`); the BTL
+        // frees it once sent, so its buffer is the core's from now on.
         unsafe { (*f).take_segment0() }.into()
+    } else {
+        // The PML keeps this descriptor until it calls btl_free, segment included: it may read
+        // it after the callback or fill it and send it again. Taking its buffer handed that
+        // memory to the next descriptor allocated once the send completed, and a second send
+        // carried nothing. The core gets a copy.
+        // SAFETY: f is a live descriptor of this module (no user segment: see `lend`).
+        let seg0 = unsafe { (*f).segment0() };
+        let mut copy = st.engine.filled_buffer(seg0.len());
+        copy.copy_from_slice(seg0);
+        copy.into()
     };
     let len = data.len();
     let cookie = match outcome {

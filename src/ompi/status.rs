@@ -19,7 +19,9 @@ pub const DES_SEND_ALWAYS_CALLBACK: u32 = sys::MCA_BTL_DES_SEND_ALWAYS_CALLBACK;
 /// - BTL-owned with ALWAYS_CALLBACK: the callback runs inside `btl_send` (as the C original's
 ///   fast path does), then the BTL frees the descriptor; `btl_send` returns 0;
 /// - not BTL-owned: the callback runs once every byte is acknowledged (`Event::SendComplete`);
-///   the PML frees the descriptor itself afterwards; `btl_send` returns 0.
+///   the PML frees the descriptor itself afterwards, and until then it and its segment stay
+///   the PML's (the core sends a copy, so the PML may refill and resend it); `btl_send`
+///   returns 0.
 ///
 /// When too many bytes were already completed ahead of their ACKs (`backlogged`), owned
 /// descriptors also wait for their ACK: back-pressure on a PML that would otherwise queue
