@@ -1114,6 +1114,32 @@ fn pingpong_with_emulated_put_and_get() {
     );
 }
 
+/// `btl_usnic_rdma` set for one app context only (or in an MCA parameter file of one host):
+/// ob1 asks a peer for RDMA by its own BTL's flags, and the process whose usnic offered none
+/// crashed on the first large message (SIGSEGV in mca_pml_ob1_send_request_put_frag, a NULL
+/// RDMA BTL). The modex carries the setting: usnic leaves the pair to another BTL and says
+/// which setting differs (tcp carries this job; with usnic,self only, MPI_Init fails).
+#[test]
+fn ranks_that_differ_in_rdma_are_left_to_another_btl() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = ompi("mpirun");
+    c.args(["--oversubscribe", "--mca", "pml", "ob1"]);
+    c.args(["--mca", "btl", "usnic,self,tcp"]);
+    let prog = workdir().join("pingpong");
+    c.args(["-np", "1", "-x", "OMPI_MCA_btl_usnic_rdma=put"]);
+    c.arg(&prog).args(["1048576", "3", ":", "-np", "1"]);
+    c.arg(&prog).args(["1048576", "3"]);
+    let o = run(c, Duration::from_secs(240));
+    let (out, err) = succeeded(&o);
+    assert!(out.contains("OK: 0 errors"), "{out}");
+    for (local, remote) in [("put", "none"), ("none", "put")] {
+        let want = format!(
+            "  Setting:        btl_usnic_rdma\n  Local value:    {local}\n  Remote value:   {remote}\n"
+        );
+        assert!(err.contains(&want), "{err}");
+    }
+}
+
 // ob1 moves the 1 MiB messages by RDMA (600000 bytes, above the eager limit, still went by
 // send/receive: the counter check below caught it). With `get` (ob1 prefers it when both are
 // offered) the replies are read from the registered user buffer in place; with `put` the PUT's

@@ -1662,6 +1662,55 @@ fn nothing_sent_to_a_peer_with_small_datagrams_exceeds_them() {
     assert_eq!(got, [100, 460, 600, 5000]);
 }
 
+/// A peer whose `btl_usnic_priority_limit` is below ours (128 against our 768; the parameter
+/// may differ per host or per app context): its priority receive buffers are 128 bytes, so
+/// every tiny message or ACK we size to our limit is dropped there as oversized, and a tiny
+/// message only arrives when its retransmission (on the data channel) times out. What goes to
+/// it on the priority channel must fit its limit, announced in the modex.
+#[test]
+fn nothing_on_the_priority_channel_exceeds_the_peer_s_priority_size() {
+    let small = Config {
+        priority_mtu: 128,
+        ..cfg(2, 200)
+    };
+    let mut p = pair_with(cfg(1, 100), small);
+    // Tiny messages of ours: each arrives at once, none of them oversized at B.
+    for (i, len) in [10, 70, 300, 700].into_iter().enumerate() {
+        p.a.submit_send(us(0), p.ab, 1, vec![i as u8; len], Cookie(i as u64 + 1))
+            .unwrap();
+    }
+    let mut got = Vec::new();
+    for ch in [Channel::Priority, Channel::Data] {
+        for d in tx(&mut p.a, us(0), ch) {
+            if ch == Channel::Priority {
+                assert!(d.len() <= 128, "a {}-byte priority datagram", d.len());
+            }
+            if let RxOutcome::Deliver { payload, .. } = p.b.handle_datagram(us(10), ch, &d) {
+                got.push(payload.len());
+            }
+        }
+    }
+    got.sort_unstable();
+    assert_eq!(got, [10, 70, 300, 700]);
+    // Our ACKs: B's datagrams arrive with the first one lost, so the SACK map spans a thousand
+    // segments, more than a 128-byte ACK holds; the ACK carries what fits.
+    for i in 0..1000u64 {
+        p.b.submit_send(us(20), p.ba, 1, vec![1; 1000], Cookie(100 + i))
+            .unwrap();
+    }
+    let sent = tx(&mut p.b, us(20), Channel::Data);
+    assert_eq!(sent.len(), 1000);
+    for d in &sent[1..] {
+        p.a.handle_datagram(us(30), Channel::Data, d);
+    }
+    let acks = tx(&mut p.a, us(1_000), Channel::Priority);
+    assert!(!acks.is_empty(), "an ACK is due");
+    for d in acks {
+        assert!(d.len() <= 128, "a {}-byte ACK", d.len());
+        p.b.handle_datagram(us(1_010), Channel::Priority, &d);
+    }
+}
+
 #[test]
 fn get_never_answered_fails_with_the_peer() {
     let mut ca = cfg(1, 0);

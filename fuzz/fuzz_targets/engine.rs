@@ -23,6 +23,7 @@ fuzz_target!(|data: &[u8]| {
             remote_isn: 0,
             remote_data_mtu: 1472,
             remote_rx_window: 0,
+            remote_priority_mtu: 768,
         },
     );
     let _ = e.submit_send(Instant(0), peer, 1, vec![0; 5000], Cookie(1));

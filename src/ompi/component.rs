@@ -436,6 +436,11 @@ fn open_module(
         netmask: dev.netmask,
         link_speed_mbps: dev.link_speed_mbps,
         rx_window: ec.rx_window,
+        prio_mtu: ec.priority_mtu as u32,
+        wire: crate::proto::wire::VERSION,
+        rdma: if settings.rdma.0 { modex::RDMA_PUT } else { 0 }
+            | if settings.rdma.1 { modex::RDMA_GET } else { 0 },
+        provider: settings.provider.clone(),
         address: fab.local_address(),
         // Set below, once an interface opened and the checker runs.
         cc_port: 0,

@@ -5,12 +5,18 @@
 //! word. Decoding never trusts the bytes: any inconsistency is an error naming it.
 use std::net::Ipv4Addr;
 
-/// "URS" + format version 4 (2 added `cc_port`, 3 `rx_window`, 4 `host`).
-const MAGIC: [u8; 4] = *b"URS\x04";
+/// "URS" + format version 5 (2 added `cc_port`, 3 `rx_window`, 4 `host`, 5 `prio_mtu`,
+/// `wire`, `rdma` and `provider`).
+const MAGIC: [u8; 4] = *b"URS\x05";
 /// Fixed part of one entry, before the fabric address bytes.
-const ENTRY_FIXED: usize = 8 + 8 + 2 + 4 + 4 + 4 + 4 + 2 + 2 + 4 + 8;
+const ENTRY_FIXED: usize = 8 + 8 + 2 + 4 + 4 + 4 + 4 + 2 + 2 + 4 + 8 + 4 + 1 + 1 + 1;
 /// Upper bound on a fabric address (sockaddr_in6 is 28 bytes; leave room for other providers).
 const MAX_ADDR: usize = 256;
+/// Upper bound on a provider name.
+const MAX_PROVIDER: usize = 64;
+/// `ModexEntry::rdma` bits.
+pub const RDMA_PUT: u8 = 1;
+pub const RDMA_GET: u8 = 2;
 /// Upper bound on modules per process (sanity bound on wire input).
 pub const MAX_ENTRIES: usize = 64;
 
@@ -39,11 +45,57 @@ pub struct ModexEntry {
     /// Open MPI calls a process of another mpirun on the same host remote, and its host name
     /// "unknown", so this is how two such processes learn that `lo` joins them.
     pub host: u64,
+    /// Largest datagram the module's priority channel accepts (`btl_usnic_priority_limit`,
+    /// which may differ between processes): peers send it no larger tiny messages and ACKs.
+    pub prio_mtu: u32,
+    /// The wire format version of the datagrams the module sends and accepts
+    /// (`proto::wire::VERSION`): builds of this plugin that differ there drop each other's
+    /// datagrams as malformed, though their modex formats may agree.
+    pub wire: u8,
+    /// `btl_usnic_rdma` (`RDMA_PUT`, `RDMA_GET`): ob1 asks a peer for RDMA by its own BTL's
+    /// flags, and a process whose BTL offers none crashes on such a request (NULL RDMA BTL).
+    pub rdma: u8,
+    /// `btl_usnic_provider`: providers do not read each other's datagrams.
+    pub provider: String,
 }
 
 impl ModexEntry {
     pub fn is_loopback(&self) -> bool {
         self.ipv4.is_loopback()
+    }
+}
+
+/// A setting every process of a job must share, which two differ in: (what, ours, theirs).
+pub type Mismatch = (&'static str, String, String);
+
+/// The first setting that differs between two processes' modules and keeps them apart: their
+/// datagrams' wire format (different builds), the provider, or the emulated RDMA offered to ob1.
+pub fn mismatch(mine: &ModexEntry, theirs: &ModexEntry) -> Option<Mismatch> {
+    let rdma = |r: u8| {
+        match (r & RDMA_PUT != 0, r & RDMA_GET != 0) {
+            (false, false) => "none",
+            (true, false) => "put",
+            (false, true) => "get",
+            (true, true) => "put,get",
+        }
+        .to_string()
+    };
+    if mine.wire != theirs.wire {
+        Some((
+            "wire format version (the processes run different builds of the usnic-rs plugin)",
+            mine.wire.to_string(),
+            theirs.wire.to_string(),
+        ))
+    } else if mine.provider != theirs.provider {
+        Some((
+            "btl_usnic_provider",
+            mine.provider.clone(),
+            theirs.provider.clone(),
+        ))
+    } else if mine.rdma != theirs.rdma {
+        Some(("btl_usnic_rdma", rdma(mine.rdma), rdma(theirs.rdma)))
+    } else {
+        None
     }
 }
 
@@ -64,6 +116,12 @@ pub fn encode(entries: &[ModexEntry]) -> Vec<u8> {
         out.extend_from_slice(&e.cc_port.to_le_bytes());
         out.extend_from_slice(&e.rx_window.to_le_bytes());
         out.extend_from_slice(&e.host.to_le_bytes());
+        out.extend_from_slice(&e.prio_mtu.to_le_bytes());
+        out.push(e.wire);
+        out.push(e.rdma);
+        let name = &e.provider.as_bytes()[..e.provider.len().min(MAX_PROVIDER)];
+        out.push(name.len() as u8);
+        out.extend_from_slice(name);
     }
     out
 }
@@ -126,8 +184,16 @@ impl<'a> Reader<'a> {
 
 pub fn decode(bytes: &[u8]) -> Result<Vec<ModexEntry>, String> {
     let mut r = Reader { bytes, at: 0 };
-    if r.array::<4>()? != MAGIC {
-        return Err("not a usnic-rs modex blob (bad magic or version)".into());
+    match r.array::<4>()? {
+        MAGIC => {}
+        [b'U', b'R', b'S', v] => {
+            return Err(format!(
+                "modex format version {v}, this build reads {}: the processes run different \
+                 builds of the usnic-rs plugin",
+                MAGIC[3]
+            ))
+        }
+        _ => return Err("not a usnic-rs modex blob (bad magic)".into()),
     }
     let n = r.u16()? as usize;
     if n > MAX_ENTRIES {
@@ -150,8 +216,17 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<ModexEntry>, String> {
         let cc_port = r.u16()?;
         let rx_window = r.u32()?;
         let host = r.u64()?;
+        let prio_mtu = r.u32()?;
+        let [wire, rdma, plen] = r.array::<3>()?;
+        if plen as usize > MAX_PROVIDER {
+            return Err(format!("entry {i}: provider name of {plen} bytes"));
+        }
+        let provider = String::from_utf8_lossy(r.take(plen as usize)?).into_owned();
         if data_mtu < 64 {
             return Err(format!("entry {i}: data MTU {data_mtu} too small"));
+        }
+        if prio_mtu < 64 {
+            return Err(format!("entry {i}: priority MTU {prio_mtu} too small"));
         }
         out.push(ModexEntry {
             id,
@@ -165,6 +240,10 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<ModexEntry>, String> {
             cc_port,
             rx_window,
             host,
+            prio_mtu,
+            wire,
+            rdma,
+            provider,
         });
     }
     if r.at != bytes.len() {
@@ -193,6 +272,10 @@ mod tests {
             cc_port: 40000 + i as u16,
             rx_window: 100 + i as u32,
             host: 0x0123_4567_89ab_cdef,
+            prio_mtu: 768,
+            wire: 4,
+            rdma: RDMA_GET,
+            provider: "udp".into(),
         }
     }
 
@@ -231,6 +314,29 @@ mod tests {
     }
 
     #[test]
+    fn settings_that_must_agree_are_named_when_they_differ() {
+        let mine = entry(1);
+        assert_eq!(mismatch(&mine, &entry(2)), None, "other fields may differ");
+        let mut theirs = entry(2);
+        theirs.rdma = 0;
+        assert_eq!(
+            mismatch(&mine, &theirs),
+            Some(("btl_usnic_rdma", "get".into(), "none".into()))
+        );
+        theirs.rdma = RDMA_PUT | RDMA_GET;
+        assert_eq!(mismatch(&mine, &theirs).unwrap().2, "put,get");
+        theirs.provider = "sockets".into();
+        assert_eq!(
+            mismatch(&mine, &theirs),
+            Some(("btl_usnic_provider", "udp".into(), "sockets".into()))
+        );
+        theirs.wire = 3;
+        let (what, ours, their) = mismatch(&mine, &theirs).unwrap();
+        assert!(what.contains("different builds"), "{what}");
+        assert_eq!((ours.as_str(), their.as_str()), ("4", "3"));
+    }
+
+    #[test]
     fn every_truncation_and_extension_is_rejected() {
         let blob = encode(&[entry(1), entry(2)]);
         for len in 0..blob.len() {
@@ -247,8 +353,10 @@ mod tests {
     #[test]
     fn bad_fields_are_rejected() {
         let mut blob = encode(&[entry(1)]);
-        blob[3] = 3; // the version before host
-        assert!(decode(&blob).is_err());
+        blob[3] = 4; // the version before prio_mtu
+        assert!(decode(&blob).unwrap_err().contains("different builds"));
+        blob[0] = b'X';
+        assert!(decode(&blob).unwrap_err().contains("bad magic"));
         let mut blob = encode(&[entry(1)]);
         blob[4..6].copy_from_slice(&1000u16.to_le_bytes());
         assert!(decode(&blob).unwrap_err().contains("modules announced"));
@@ -258,6 +366,13 @@ mod tests {
         let mut e = entry(1);
         e.data_mtu = 3;
         assert!(decode(&encode(&[e])).is_err());
+        let mut blob = encode(&[entry(1)]);
+        let at = blob.len() - 4; // the provider name's length
+        blob[at] = 200;
+        assert!(decode(&blob).unwrap_err().contains("provider name"));
+        let mut e = entry(1);
+        e.prio_mtu = 3;
+        assert!(decode(&encode(&[e])).unwrap_err().contains("priority MTU"));
     }
 
     #[test]

@@ -55,6 +55,28 @@ fn shares_host(c: &Component, theirs: &[ModexEntry]) -> bool {
         .is_some_and(|e| e.host != 0 && e.host == c.my_host_id)
 }
 
+/// A setting that differs between this process and a peer (`modex::mismatch`): no module pairs
+/// with that peer.
+fn agreement(c: &Component, theirs: &[ModexEntry]) -> Option<modex::Mismatch> {
+    modex::mismatch(&c.modules.first()?.entry, theirs.first()?)
+}
+
+/// Says, once per process (a job where one rank differs would otherwise print a line per
+/// pair), which setting keeps this process and rank `vpid` apart. Both ends say it: the
+/// job usually stops right after (Open MPI finds the pair unreachable), and the end that
+/// stops first may take the other's message with it.
+fn report_mismatch(c: &Component, vpid: u32, host: &str, (what, ours, theirs): modex::Mismatch) {
+    static SHOWN: std::sync::Once = std::sync::Once::new();
+    SHOWN.call_once(|| {
+        let fallback = format!(
+            "rank {vpid} on {host} is not reached over usnic: {what} differs ({ours} here, \
+             {theirs} there); every process must use the same"
+        );
+        show_help!("setting mismatch", fallback;
+            s(&c.my_host), s(c.my_vpid), s(host), s(vpid), s(what), s(&ours), s(&theirs));
+    });
+}
+
 fn proc_name(p: *const sys::opal_proc_t) -> (u32, u32) {
     let (mut j, mut v) = (0, 0);
     // SAFETY: p is a live opal_proc_t; writes two u32 out-parameters.
@@ -115,6 +137,12 @@ pub fn add_procs(
         if same_node && !c.settings.same_node {
             continue;
         }
+        if let Some(x) = agreement(c, &theirs) {
+            if m.index == 0 {
+                report_mismatch(c, vpid, &host, x);
+            }
+            continue;
+        }
         let i_am_first = (c.my_jobid, c.my_vpid) < (jobid, vpid);
         let Some(j) = pairing::peer_module_for(
             &mine,
@@ -153,7 +181,10 @@ pub fn add_procs(
                 continue;
             };
             let same_node = local_to_open_mpi(p) || shares_host(c, &theirs);
-            if (jobid, vpid) == (c.my_jobid, c.my_vpid) || (same_node && !c.settings.same_node) {
+            if (jobid, vpid) == (c.my_jobid, c.my_vpid)
+                || (same_node && !c.settings.same_node)
+                || agreement(c, &theirs).is_some()
+            {
                 continue;
             }
             if !c.reached.borrow().contains(&(jobid, vpid)) {
@@ -247,6 +278,7 @@ fn connect(
             remote_isn: e.isn,
             remote_data_mtu: e.data_mtu as usize,
             remote_rx_window: e.rx_window,
+            remote_priority_mtu: e.prio_mtu as usize,
         },
     );
     let ep = Box::into_raw(Box::new(Endpoint {

@@ -163,6 +163,7 @@ impl Config {
             remote_isn: self.isn,
             remote_data_mtu: self.data_mtu,
             remote_rx_window: self.rx_window,
+            remote_priority_mtu: self.priority_mtu,
         }
     }
 }
@@ -189,6 +190,10 @@ pub struct PeerInfo {
     pub remote_data_mtu: usize,
     /// The peer's `rx_window` (0 = no limit).
     pub remote_rx_window: u32,
+    /// Largest datagram the peer accepts on its priority channel (min'ed with ours; 0 = not
+    /// announced, ours). Its receive buffers there are this size: a tiny message or ACK sized
+    /// to a larger `btl_usnic_priority_limit` of ours is dropped there as oversized.
+    pub remote_priority_mtu: usize,
 }
 
 /// Why a submission was refused. Nothing is queued when one is returned.

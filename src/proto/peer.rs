@@ -151,6 +151,16 @@ pub(crate) fn prune(q: &mut VecDeque<(u32, Instant)>, ops: &OpSlab) {
 /// fast repair has too little in flight to work with).
 const MIN_SEND_WINDOW: u16 = 16;
 
+/// Largest datagram on the priority channel to a peer: ours, no larger than the pair's data
+/// datagrams (`mtu`) nor than the peer's priority datagrams (`remote`, 0 = not announced), which
+/// its receive buffers are sized for; the protocol's minimum is the floor, as for `mtu`.
+fn priority_mtu(own: usize, mtu: usize, remote: usize) -> usize {
+    let remote = if remote == 0 { own } else { remote };
+    own.min(mtu)
+        .min(remote)
+        .max(super::config::MIN_PRIORITY_MTU)
+}
+
 /// The send window towards a peer that can absorb `remote_rx_window` datagrams (0 = no limit).
 fn send_window(window: u16, remote_rx_window: u32) -> u16 {
     if remote_rx_window == 0 {
@@ -168,6 +178,7 @@ impl Peer {
 
     pub fn new(now: Instant, info: PeerInfo, mtu: usize, cfg: &super::api::Config) -> Peer {
         let window = send_window(cfg.window, info.remote_rx_window);
+        let prio_mtu = priority_mtu(cfg.priority_mtu, mtu, info.remote_priority_mtu);
         // Sized for what can be in flight to this peer (its receive window may be far below
         // ours): with a thousand peers, rooms and queue slots for 4096 segments each were
         // about 130 MiB per module. The hotel builds rooms beyond these if ever needed.
@@ -179,7 +190,7 @@ impl Peer {
             info,
             failed: false,
             mtu,
-            prio_mtu: cfg.priority_mtu.min(mtu),
+            prio_mtu,
             sw: SendWindow::new(cfg.isn, window),
             hotel: Hotel::new(cap),
             rtt: Rtt::new(cfg.rto_initial, cfg.rto_min, cfg.rto_max),
