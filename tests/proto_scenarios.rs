@@ -386,6 +386,89 @@ fn peer_failure_reported_once_and_everything_fails() {
 }
 
 #[test]
+fn a_sender_that_was_stopped_probes_before_declaring_its_peer_failed() {
+    // A's data is lost, then the whole job is stopped (SIGSTOP: a job suspension, a gang
+    // scheduler's time slice) for longer than the peer timeout, so A's retransmission never
+    // left. On resume the peer has had no chance to answer: A must probe it and hear the ACK,
+    // not declare it failed at its first timer pass.
+    let mut ca = cfg(1, 100);
+    ca.peer_timeout = Duration::from_millis(300);
+    let mut p = pair_with(ca, cfg(2, 200));
+    p.a.submit_send(us(0), p.ab, 3, vec![7; 3000], Cookie(1))
+        .unwrap();
+    assert!(
+        !tx(&mut p.a, us(0), Channel::Data).is_empty(),
+        "sent, and lost"
+    );
+    let resumed = us(2_000_000);
+    p.a.handle_timeout(resumed);
+    assert!(
+        !events(&mut p.a)
+            .iter()
+            .any(|e| matches!(e, Event::PeerFailed { .. })),
+        "declared failed on resume without a probe"
+    );
+    let probes = tx(&mut p.a, resumed, Channel::Data);
+    assert!(!probes.is_empty(), "a probe goes out on resume");
+    for d in &probes {
+        p.b.handle_datagram(resumed, Channel::Data, d);
+    }
+    let mut t = resumed;
+    let mut got = events(&mut p.b);
+    for _ in 0..100 {
+        for d in tx(&mut p.a, t, Channel::Data) {
+            p.b.handle_datagram(t, Channel::Data, &d);
+        }
+        got.extend(events(&mut p.b));
+        t = t + Duration::from_micros(100);
+        p.b.handle_timeout(t);
+        for ack in tx(&mut p.b, t, Channel::Priority) {
+            p.a.handle_datagram(t, Channel::Priority, &ack);
+        }
+        p.a.handle_timeout(t);
+        if p.a.is_idle(p.ab) {
+            break;
+        }
+    }
+    assert!(p.a.is_idle(p.ab), "acknowledged after the resume");
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(events(&mut p.a), sent_ok(p.ab, 1));
+    assert_eq!(p.a.stats().peers_failed, 0);
+
+    // A peer that stays silent after the resume is still declared failed, within a peer
+    // timeout after the stop ended (the probing before the stop counts, up to rto_max).
+    p.a.submit_send(t, p.ab, 3, vec![8; 100], Cookie(2))
+        .unwrap();
+    tx(&mut p.a, t, Channel::Priority);
+    let stop = t;
+    let resumed = stop + Duration::from_millis(5_000);
+    let mut t = resumed;
+    let mut failed_at = None;
+    for _ in 0..10_000 {
+        p.a.handle_timeout(t);
+        tx(&mut p.a, t, Channel::Priority);
+        tx(&mut p.a, t, Channel::Data);
+        if events(&mut p.a)
+            .iter()
+            .any(|e| matches!(e, Event::PeerFailed { .. }))
+        {
+            failed_at = Some(t);
+            break;
+        }
+        t = p.a.poll_timeout().expect("outstanding").max(t);
+    }
+    let failed_at = failed_at.expect("a silent peer still fails");
+    assert!(
+        failed_at > resumed,
+        "failed at the resume, before a probe: {failed_at:?}"
+    );
+    assert!(
+        failed_at <= resumed + Duration::from_millis(300),
+        "{failed_at:?}"
+    );
+}
+
+#[test]
 fn wrong_key_unknown_sender_and_garbage_are_dropped() {
     let mut p = pair();
     // A datagram from C, a stranger to B, that believes B to be `b`.

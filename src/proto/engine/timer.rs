@@ -28,6 +28,19 @@ impl Engine {
             if p.failed {
                 continue;
             }
+            // A retransmission that falls due while this process does not run (stopped with
+            // SIGSTOP, as a job suspension or gang scheduler does, or away from MPI with
+            // `btl_usnic_ack_thread 0`) is a probe the peer never saw: the time we were late
+            // for it beyond `rto_max` is not silence of the peer's, so its failure clock does
+            // not count it. Otherwise every rank resumed after `peer_timeout` declares its
+            // peers failed at once, before sending them anything.
+            if let Some(d) = p.hotel.next_deadline() {
+                let late = now.0.saturating_sub(d.0);
+                if late > self.cfg.rto_max.0 {
+                    let credit = Duration(late - self.cfg.rto_max.0);
+                    p.last_progress = (p.last_progress + credit).min(now);
+                }
+            }
             // A few probes per timeout: the oldest expired segments are resent and the others
             // wait another (backed-off) timeout. When the timeout was spurious (ACKs only late, as
             // when a rank is descheduled or a burst is still being read), nothing else is
