@@ -9,7 +9,8 @@
 # would have.
 # manyreq (sends and receives in flight both ways, every byte checked) must pass, and the final
 # statistics must show a virbr0 module on each rank (else the case tested nothing) that sent
-# nothing. Root only. Ends with `N passed, N failed`; exit non-zero on failure.
+# nothing. Then usnic is limited to virbr0 with tcp beside it: each rank must say the bridge was
+# refused by the same-address rule, and tcp carries manyreq. Root only. Ends with `N passed, N failed`; exit non-zero on failure.
 #
 # Environment: JOB_LIMIT=120 (seconds per job).
 set -uo pipefail
@@ -55,5 +56,17 @@ elif bridge_stats | grep -qv " sends=0 "; then
     bad "a virbr0 module sent datagrams: $(bridge_stats | grep -v ' sends=0 ' | head -1)"
 else
     ok "manyreq beside virbr0 $BRIDGE_ADDR on both hosts: $(grep -ohE '[0-9]+ messages, [0-9.]+ MiB checked' "$out" | head -1); the virbr0 modules sent nothing"
+fi
+
+# With usnic limited to the bridges, the hosts share no usable interface: each rank says why
+# (the same-address rule, not "no subnet in common"), and tcp carries the job.
+out=$LOGDIR/manyreq-bridge-only.out
+reason="Reason:          the peer's interface on the shared subnet has this host's own address ${BRIDGE_ADDR%/*} "
+if ! manyreq_on_two_hosts "$out" BTL="usnic,tcp,self" USNIC_IF_INCLUDE="virbr0"; then
+    bad "manyreq with usnic limited to virbr0 and tcp beside it: $WHY"
+elif [ "$(cat "$CASE_DIR"/*.log | grep -cF "$reason")" -ne 2 ]; then
+    bad "manyreq with usnic limited to virbr0 passed, but the ranks did not each give the same-address reason once (want 2 lines '$reason', got $(cat "$CASE_DIR"/*.log | grep -cF "$reason"); logs: $CASE_DIR)"
+else
+    ok "usnic limited to virbr0 $BRIDGE_ADDR on both hosts: each rank names the same-address rule, tcp carried manyreq"
 fi
 finish
