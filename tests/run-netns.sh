@@ -75,11 +75,14 @@ for l in $LAYOUTS; do
 done
 
 # Only one user of the cluster at a time: netns-cluster.sh has fixed host names (h1..hN).
-# (tests/suite/netns.sh takes the same lock.)
-exec 9>/run/lock/usnic-rs-netns.lock
-if ! flock -n 9; then
-    echo "run-netns: waiting for /run/lock/usnic-rs-netns.lock (another netns run holds it)"
-    flock -w "${NC_LOCK_WAIT:-1800}" 9 || cannot "another run holds /run/lock/usnic-rs-netns.lock for more than ${NC_LOCK_WAIT:-1800}s"
+# (tests/suite/netns.sh takes the same lock.) NC_LOCK_HELD=1: the caller holds it on the fd 9
+# we inherit (netns_lib.sh's two_hosts_for_manyreq); opening the file again would wait for it.
+if [ "${NC_LOCK_HELD:-0}" != 1 ]; then
+    exec 9>/run/lock/usnic-rs-netns.lock
+    if ! flock -n 9; then
+        echo "run-netns: waiting for /run/lock/usnic-rs-netns.lock (another netns run holds it)"
+        flock -w "${NC_LOCK_WAIT:-1800}" 9 || cannot "another run holds /run/lock/usnic-rs-netns.lock for more than ${NC_LOCK_WAIT:-1800}s"
+    fi
 fi
 
 owned=1

@@ -92,6 +92,11 @@ two_hosts_for_manyreq() {
     [ "$(id -u)" -eq 0 ] || { bad "needs root (network namespaces)"; finish; }
     [ -x "$NC" ] || { bad "netns-cluster.sh not found at $NC"; finish; }
     make -s -C tests/mpi >/dev/null 2>&1 || { bad "the MPI programs do not build (make -C tests/mpi)"; finish; }
+    # Held until the script exits, across the set-up it does itself and the jobs of
+    # tests/run-netns.sh, which inherits it (NC_LOCK_HELD).
+    exec 9>"$NC_LOCK"
+    flock -w "${NC_LOCK_WAIT:-1800}" 9 || { bad "another run held $NC_LOCK for more than ${NC_LOCK_WAIT:-1800}s"; finish; }
+    export NC_LOCK_HELD=1
     NC_WAS_UP=0
     ip netns list | grep -qw h1 && NC_WAS_UP=1
     "$NC" up 2 >"$1" 2>&1 || { bad "the netns cluster does not come up (log: $1)"; finish; }
