@@ -8,7 +8,8 @@
 //! offers no way to size them, so the edge finds the endpoint's socket among the process's
 //! descriptors by its bound address and raises `SO_RCVBUF` / `SO_SNDBUF` to hold the channel's
 //! posted receives / send credits (never lowering them; the kernel caps the request at
-//! `net.core.rmem_max` / `wmem_max`). Best effort: on failure the defaults stay.
+//! `net.core.rmem_max` / `wmem_max`, except for a process with CAP_NET_ADMIN, which asks again
+//! with `SO_RCVBUFFORCE` / `SO_SNDBUFFORCE`). Best effort: on failure the defaults stay.
 use std::os::fd::RawFd;
 
 /// Bytes a datagram of `mtu` payload costs in a socket buffer, roughly (payload + skb overhead).
@@ -80,37 +81,91 @@ fn get_int(fd: RawFd, opt: i32) -> Option<i32> {
 }
 
 /// Raise `opt` (SO_RCVBUF or SO_SNDBUF) of `fd` to at least `want` bytes; returns the
-/// resulting size as the kernel reports it.
-fn grow(fd: RawFd, opt: i32, want: usize) -> Option<usize> {
-    let cur = get_int(fd, opt)? as usize;
+/// resulting size as the kernel reports it. Where `net.core.rmem_max` / `wmem_max` cap the
+/// request (212992 bytes by default on older kernels, Debian 12's 6.1 among
+/// them: a 64 KiB-datagram `lo` channel then holds about 6 datagrams, and a bidirectional
+/// 1 MiB run resent a quarter of its datagrams and lost a quarter of its bandwidth), a
+/// process with CAP_NET_ADMIN asks again with the `*FORCE` option, which the cap does not
+/// bind; for others it fails with EPERM and the capped size stays.
+fn grow(fd: RawFd, opt: i32, force: i32, want: usize) -> Option<usize> {
     // The kernel reports twice the requested value (its bookkeeping overhead).
-    if cur / 2 < want {
-        let v = want.min(i32::MAX as usize) as libc::c_int;
-        // SAFETY: fd is a socket; v is a valid int option value.
-        unsafe {
-            libc::setsockopt(
-                fd,
-                libc::SOL_SOCKET,
-                opt,
-                (&v as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
+    let short = |fd| get_int(fd, opt).map(|cur| (cur as usize) / 2 < want);
+    if short(fd)? {
+        set_int(fd, opt, want);
+        if short(fd)? {
+            set_int(fd, force, want);
+        }
     }
     get_int(fd, opt).map(|v| v as usize)
+}
+
+fn set_int(fd: RawFd, opt: i32, v: usize) {
+    let v = v.min(i32::MAX as usize) as libc::c_int;
+    // SAFETY: fd is a socket; v is a valid int option value of its size.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            opt,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
 }
 
 /// Sizes the endpoint's socket `fd` for `rd` posted receives and `sd` sends of `mtu` bytes.
 /// Returns (SO_RCVBUF, SO_SNDBUF) as the kernel reports them.
 pub(crate) fn size_for(fd: RawFd, mtu: usize, sd: usize, rd: usize) -> Option<(usize, usize)> {
-    let rcv = grow(fd, libc::SO_RCVBUF, rd.saturating_mul(charge(mtu)))?;
-    let snd = grow(fd, libc::SO_SNDBUF, sd.saturating_mul(charge(mtu)))?;
+    let rcv = grow(
+        fd,
+        libc::SO_RCVBUF,
+        libc::SO_RCVBUFFORCE,
+        rd.saturating_mul(charge(mtu)),
+    )?;
+    let snd = grow(
+        fd,
+        libc::SO_SNDBUF,
+        libc::SO_SNDBUFFORCE,
+        sd.saturating_mul(charge(mtu)),
+    )?;
     Some((rcv, snd))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_privileged_process_is_not_held_to_rmem_max() {
+        let max = |f| {
+            std::fs::read_to_string(format!("/proc/sys/net/core/{f}"))
+                .unwrap()
+                .trim()
+                .parse::<usize>()
+                .unwrap()
+        };
+        let (rmem_max, wmem_max) = (max("rmem_max"), max("wmem_max"));
+        // SAFETY: plain socket(2); the fd is closed below.
+        let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM, 0) };
+        assert!(fd >= 0);
+        // Twice each cap's worth of datagrams: more than the plain options may give.
+        let (mtu, n) = (1472, 2 * rmem_max.max(wmem_max) / charge(1472) + 1);
+        let (rcv, snd) = size_for(fd, mtu, n, n).unwrap();
+        // SAFETY: fd is ours and open.
+        unsafe { libc::close(fd) };
+        let want = n * charge(mtu);
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            // root has CAP_NET_ADMIN here (the tests run as root, as CI does): the *FORCE
+            // options give what was asked (reported doubled).
+            assert!(
+                rcv / 2 >= want && snd / 2 >= want,
+                "{rcv} {snd} < 2 x {want}"
+            );
+        } else {
+            assert_eq!((rcv, snd), (2 * rmem_max, 2 * wmem_max));
+        }
+    }
 
     #[test]
     fn a_buffer_holds_at_least_one_datagram() {
