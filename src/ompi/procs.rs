@@ -127,9 +127,12 @@ pub fn add_procs(
                 continue;
             }
             Err(e) => {
-                log::error(&format!(
-                    "ignoring rank {vpid} on {host}: its usnic modex data is unusable: {e}"
-                ));
+                // add_procs runs once per module: say it once.
+                if m.index == 0 {
+                    log::error(&format!(
+                        "ignoring rank {vpid} on {host}: its usnic modex data is unusable: {e}"
+                    ));
+                }
                 continue;
             }
         };
