@@ -254,6 +254,7 @@ fn forged_headers_with_valid_identity_never_panic() {
                 snd_next: ext(&mut rng),
                 dsack: (rng.below(2) == 0).then(|| rng.next_u64() as u16),
                 echo: rng.next_u64() as u32,
+                held: h.kind == Kind::Ack && rng.below(2) == 0,
             })
         } else {
             None

@@ -288,6 +288,7 @@ fn forged_acks_beyond_the_window_release_nothing() {
             snd_next,
             dsack: None,
             echo: 0,
+            held: false,
         });
         let mut b = vec![0u8; h.header_len()];
         h.emit(&mut b);

@@ -7,8 +7,8 @@ looped through lo; a run sent as one GSO super-packet is split into its datagram
 would carry them), then sends one class of hostile datagrams to those ports:
 
   garbage    random bytes of random lengths around every header length (half starting like a
-             current header: version 4, a kind, zero flags/tag; a fifth of those with an old
-             version 1, 2 or 3 instead), plus a few datagrams larger than the channel MTU
+             current header: version 5, a kind, zero flags/tag; a fifth of those with an old
+             version 1, 2, 3 or 4 instead), plus a few datagrams larger than the channel MTU
   truncated  every prefix of real datagrams shorter than header + payload_len
   wrongkey   real datagrams with the key field replaced (random, 0, the other rank's key)
   replay     real datagrams sent again verbatim, repeatedly, for the rest of the job
@@ -23,11 +23,11 @@ would carry them), then sends one class of hostile datagrams to those ports:
              with tag 255 (past Open MPI's callback table) and 0x23 (vader's own handler)
   flood      one real sequenced datagram and one real ACK, each sent thousands of times
 
-Wire format: docs/wire.md (version 4, little-endian: 48-byte base header with the epochs of
+Wire format: docs/wire.md (version 5, little-endian: 48-byte base header with the epochs of
 seq/ack/snd_next at 32..38, the duplicate report at 38..40, the transmission number tx at
 40..44 (0 on the priority channel and in Acks) and its echo at 44..48 (0 without flag ACK),
 message extension at 48..64, region extension at 64..80; key at 16 is the receiver's job key,
-src at 8 the sender's id). Other versions are rejected by the job, so only version-4
+src at 8 the sender's id). Other versions are rejected by the job, so only version-5
 datagrams are captured. Forged PUT/GET headers (putget, truncated) and the live chunk copies
 (sent to a priority socket) carry tx 0 (not stamped: ignored by the receiver); putget's carry
 no ACK information (echo 0), the others keep the captured ACK information and echo. Prints
@@ -44,7 +44,7 @@ import subprocess
 import sys
 import time
 
-VERSION = 4
+VERSION = 5
 # version kind flags tag seq ack src key plen snd_next sack seq_epoch ack_epoch snd_next_epoch
 # dsack tx echo
 HDR = struct.Struct("<BBBBHHQQHHIHHHHII")
@@ -339,13 +339,13 @@ def main():
             d = bytearray(rng.randbytes(n))
             if n and i % 2:
                 # starts like a current header (version, a kind, flags and tag mostly clear): goes
-                # further through parse; an old version byte (1, 2 or 3) now and then (rejected
+                # further through parse; an old version byte (1 to 4) now and then (rejected
                 # too)
-                d[0] = VERSION if i % 10 != 1 else 1 + (i // 10) % 3
+                d[0] = VERSION if i % 10 != 1 else 1 + (i // 10) % 4
                 if n > 1:
                     d[1] = rng.randrange(0, 10)
                 if n > 3 and i % 4 == 1:
-                    d[2] = rng.choice([0, 1])
+                    d[2] = rng.choice([0, 1, 5])
                     d[3] = 0
             tx.send(rng.choice(active), bytes(d))
         # Longer than the channel MTU (the provider truncates these; the edge must drop them).

@@ -366,6 +366,7 @@ fn ack_info(p: &Peer) -> AckInfo {
         snd_next: p.sw.next_ext.wrapping_add(p.refusals_unsent),
         dsack: None,
         echo: p.tx_seen,
+        held: false,
     }
 }
 

@@ -32,6 +32,11 @@ pub const OFF_REGION_OFFSET: usize = 72;
 pub const FLAG_ACK: u8 = 1;
 /// Flags bit 1: bytes 38..40 name a segment received twice since the previous ACK (D-SACK).
 pub const FLAG_DSACK: u8 = 2;
+/// Flags bit 2 (version 5, standalone `Ack` only): the ACK's sender is holding its receive
+/// side (its application is away from MPI and has left it as much as it may buffer): it took
+/// none of the segments that made it answer, and will take their retransmissions once it
+/// is back. Tells the peer it is alive without acknowledging anything (docs/wire.md §5b).
+pub const FLAG_HELD: u8 = 4;
 
 // The accessors are always inlined: `parse` and `emit` pass fixed-size header views, so with
 // the offsets constant every bounds check folds away. Left to LLVM, `get32` stayed a call

@@ -21,8 +21,10 @@ pub use field::*;
 /// 2's. Version 2
 /// is version 3 without duplicate reports (D-SACK): rejected too, since a mixed job would
 /// work but never adapt to reordering (docs/wire.md §9). Version 3 is version 4 without
-/// transmission numbers and their echo: its ACKs could never vouch for a repair.
-pub const VERSION: u8 = 4;
+/// transmission numbers and their echo: its ACKs could never vouch for a repair. Version 4 is
+/// version 5 without the `HELD` flag: a version 5 rank holding its receive side would look
+/// dead to it (docs/wire.md §9).
+pub const VERSION: u8 = 5;
 /// Base header length (every datagram).
 pub const BASE_LEN: usize = 48;
 /// Base header + message extension (Chunk, GetReply, PutRefuse, GetRefuse).
@@ -103,6 +105,10 @@ pub struct AckInfo {
     /// latest transmission is above it was written before that transmission arrived: it is
     /// the ACK of an earlier one, late, and says nothing about what was sent after that.
     pub echo: u32,
+    /// The ACK's sender holds its receive side (`FLAG_HELD`, standalone `Ack` only): it
+    /// dropped the new segments that made it answer, unacknowledged. Proof that it is alive,
+    /// not acknowledgement progress (docs/wire.md §5b).
+    pub held: bool,
 }
 
 /// A parsed (or to-be-emitted) header.
@@ -184,8 +190,11 @@ impl Header {
         b[OFF_KIND] = self.kind as u8;
         b[OFF_FLAGS] = match self.ack {
             None => 0,
-            Some(AckInfo { dsack: None, .. }) => FLAG_ACK,
-            Some(AckInfo { dsack: Some(_), .. }) => FLAG_ACK | FLAG_DSACK,
+            Some(a) => {
+                FLAG_ACK
+                    | if a.dsack.is_some() { FLAG_DSACK } else { 0 }
+                    | if a.held { FLAG_HELD } else { 0 }
+            }
         };
         b[OFF_TAG] = self.tag;
         let ack = self.ack.unwrap_or_default();
@@ -227,7 +236,8 @@ pub fn parse(dg: &[u8]) -> Result<(Header, core::ops::Range<usize>), ParseError>
     }
     let kind = Kind::from_u8(b[OFF_KIND]).ok_or(ParseError::Kind)?;
     let flags = b[OFF_FLAGS];
-    if flags & !(FLAG_ACK | FLAG_DSACK) != 0 || flags == FLAG_DSACK {
+    // DSACK and HELD qualify acknowledgement information: never without ACK.
+    if flags & !(FLAG_ACK | FLAG_DSACK | FLAG_HELD) != 0 || (flags != 0 && flags & FLAG_ACK == 0) {
         return Err(ParseError::Flags);
     }
     let hl = kind.header_len();
@@ -253,6 +263,7 @@ pub fn parse(dg: &[u8]) -> Result<(Header, core::ops::Range<usize>), ParseError>
             snd_next,
             dsack: (flags & FLAG_DSACK != 0).then_some(dsack),
             echo,
+            held: flags & FLAG_HELD != 0,
         })
     } else {
         if cum != 0 || sack != 0 || snd_next != 0 || echo != 0 {
@@ -297,6 +308,12 @@ pub fn parse(dg: &[u8]) -> Result<(Header, core::ops::Range<usize>), ParseError>
 fn validate(h: &Header) -> Result<(), ParseError> {
     let plen = h.payload_len as u64;
     let in_bounds = |h: &Header| (h.offset as u64) + plen <= h.total as u64;
+    // A held receiver says so only in a standalone ACK: riding a segment, the flag would
+    // contradict the segment's being sent at all (a held rank may still transmit, but the
+    // ACKs on its segments are ordinary ones).
+    if h.kind != Kind::Ack && h.ack.is_some_and(|a| a.held) {
+        return Err(ParseError::Field);
+    }
     let ok = match h.kind {
         Kind::Ack => {
             h.ack.is_some()

@@ -9,6 +9,7 @@ pub(crate) fn samples() -> Vec<Vec<u8>> {
         snd_next: 0x0001_10e1,
         dsack: None,
         echo: 0x8000_0001,
+        held: false,
     });
     let mk = |h: Header, payload: &[u8]| {
         let mut b = vec![0u8; h.header_len() + payload.len()];
@@ -75,6 +76,16 @@ pub(crate) fn samples() -> Vec<Vec<u8>> {
     h.seq = 17;
     h.id = 46;
     out.push(mk(h, b""));
+    // Last, so the indices above stay: a held receiver's ACK (version 5), with a duplicate.
+    let mut h = Header::new(Kind::Ack);
+    h.ack = ack.map(|a| AckInfo {
+        held: true,
+        dsack: Some(3),
+        ..a
+    });
+    h.src = 7;
+    h.key = 9;
+    out.push(mk(h, b""));
     out
 }
 
@@ -139,7 +150,11 @@ fn field_rules() {
         bad(s[1].clone(), OFF_VERSION, 3),
         "version 3 has no transmission numbers"
     );
-    assert!(bad(s[1].clone(), OFF_VERSION, 5));
+    assert!(
+        bad(s[1].clone(), OFF_VERSION, 4),
+        "version 4 knows no held receivers"
+    );
+    assert!(bad(s[1].clone(), OFF_VERSION, 6));
     assert!(bad(s[1].clone(), OFF_VERSION, 0));
     // The echo rides an ACK only; an Ack, sent on neither channel's behalf, has no number.
     assert!(bad(s[2].clone(), OFF_ECHO, 1));
@@ -316,4 +331,64 @@ fn version_1_datagrams_rejected() {
             assert!(parse(&old[..n]).is_err());
         }
     }
+}
+
+/// `HELD` (version 5): a standalone ACK's flag, round trip exact; nowhere else, never without
+/// `ACK`, and a version 4 datagram carrying it is rejected as the other version it is.
+#[test]
+fn the_held_flag_rides_a_standalone_ack_only() {
+    let s = samples();
+    let held = s.last().unwrap().clone();
+    let (h, r) = parse(&held).unwrap();
+    let a = h.ack.unwrap();
+    assert!(a.held && a.dsack == Some(3), "{a:?}");
+    assert_eq!(held[OFF_FLAGS], FLAG_ACK | FLAG_DSACK | FLAG_HELD);
+    let mut again = vec![0u8; r.end];
+    assert_eq!(h.emit(&mut again), BASE_LEN);
+    assert_eq!(again, held);
+    // Without the duplicate: the flag alone beside ACK.
+    let mut b = held.clone();
+    b[OFF_FLAGS] = FLAG_ACK | FLAG_HELD;
+    put16(&mut b, OFF_DSACK, 0);
+    let (h, _) = parse(&b).unwrap();
+    assert_eq!(h.ack.map(|a| (a.held, a.dsack)), Some((true, None)));
+    // An ordinary ACK reads as not held.
+    assert!(!parse(&s[0]).unwrap().0.ack.unwrap().held);
+    let bad = |mut b: Vec<u8>, off: usize, v: u8| {
+        b[off] = v;
+        parse(&b).err()
+    };
+    // Never without ACK (an Ack without ACK fails its own rule first; a Frag has none).
+    let mut bare = s[1].clone();
+    for r in [
+        OFF_ACK..OFF_ACK + 2,
+        OFF_SND_NEXT..OFF_SND_NEXT + 2,
+        OFF_SACK..OFF_SACK + 4,
+        OFF_ACK_EPOCH..OFF_DSACK + 2,
+        OFF_ECHO..OFF_ECHO + 4,
+    ] {
+        bare[r].fill(0);
+    }
+    bare[OFF_FLAGS] = 0;
+    assert!(parse(&bare).is_ok(), "the segment without ACK information");
+    assert_eq!(bad(bare, OFF_FLAGS, FLAG_HELD), Some(ParseError::Flags));
+    // On a sequenced segment's piggy-backed ACK: rejected.
+    for seg in &s[1..s.len() - 1] {
+        if parse(seg).unwrap().0.ack.is_some() {
+            assert_eq!(
+                bad(seg.clone(), OFF_FLAGS, FLAG_ACK | FLAG_HELD),
+                Some(ParseError::Field)
+            );
+        }
+    }
+    // The flag bits above HELD stay reserved.
+    for bit in 3..8 {
+        assert_eq!(
+            bad(held.clone(), OFF_FLAGS, FLAG_ACK | 1 << bit),
+            Some(ParseError::Flags)
+        );
+    }
+    // A version 4 peer's datagrams, held flag or not, are another version's.
+    assert_eq!(bad(held.clone(), OFF_VERSION, 4), Some(ParseError::Version));
+    assert_eq!(bad(s[0].clone(), OFF_VERSION, 4), Some(ParseError::Version));
 }
