@@ -1388,7 +1388,7 @@ fn periodic_statistics_are_cumulative_or_relative() {
                     acks_alone acks_piggybacked recvs dup_recvs oow_low_recvs oow_high_recvs \
                     malformed_recvs wrong_key_recvs unknown_sender_recvs bad_chunk_recvs \
                     refused_writes refused_gets ack_recvs dup_acks old_acks credits_exhausted \
-                    bytes_sent bytes_received peers_failed lent_released spurious_resends oversize_recvs puts gets frags_live \
+                    bytes_sent bytes_received peers_failed lent_released spurious_resends held_recvs oversize_recvs puts gets frags_live \
                     gso_sends gso_datagrams gro_reads gro_datagrams busy_sends busy_batches cut_recvs \
                     lost_sends";
         for l in err.lines().filter(|l| l.contains("btl:usnic: stats")) {

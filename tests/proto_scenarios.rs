@@ -2452,3 +2452,279 @@ fn a_lost_data_segment_times_out_while_priority_traffic_is_acknowledged() {
         cookie - 100
     );
 }
+
+/// What one step of a held-receive trace moved (`hold_step`).
+#[derive(Default)]
+struct Moved {
+    /// First payload byte of every fragment B delivered, in delivery order.
+    got: Vec<u8>,
+    /// B's standalone ACKs to A (all given to A).
+    acks: Vec<Vec<u8>>,
+    /// Data-channel datagrams A sent.
+    a_data: usize,
+    a_events: Vec<Event>,
+}
+
+/// At `t`: A's due timers, A's datagrams to B (dropped on the way if `!b_alive`), B's due
+/// timers and its ACKs to A.
+fn hold_step(p: &mut Pair, t: Instant, b_alive: bool, m: &mut Moved) {
+    p.a.handle_timeout(t);
+    for ch in [Channel::Priority, Channel::Data] {
+        for d in tx(&mut p.a, t, ch) {
+            if ch == Channel::Data {
+                m.a_data += 1;
+            }
+            if !b_alive {
+                continue;
+            }
+            if let RxOutcome::Deliver { payload, .. } = p.b.handle_datagram(t, ch, &d) {
+                m.got.push(d[payload][0]);
+            }
+        }
+    }
+    if b_alive {
+        p.b.handle_timeout(t);
+        let evs = events(&mut p.b);
+        assert!(
+            evs.is_empty(),
+            "B: only fragments delivered in place: {evs:?}"
+        );
+        for ack in tx(&mut p.b, t, Channel::Priority) {
+            p.a.handle_datagram(t, Channel::Priority, &ack);
+            m.acks.push(ack);
+        }
+    }
+    m.a_events.extend(events(&mut p.a));
+}
+
+/// The next instant a held-receive trace looks at: the earlier engine timer, at most `step`
+/// after `t`, and after `t`.
+fn hold_next(p: &Pair, t: Instant, step: Duration) -> Instant {
+    let mut n = t + step;
+    for x in [p.a.poll_timeout(), p.b.poll_timeout()]
+        .into_iter()
+        .flatten()
+    {
+        n = n.min(x);
+    }
+    n.max(t + Duration::from_micros(1))
+}
+
+fn failed(evs: &[Event]) -> bool {
+    evs.iter().any(|e| matches!(e, Event::PeerFailed { .. }))
+}
+
+#[test]
+fn a_held_receiver_is_not_declared_failed_and_takes_everything_once_released() {
+    // B's application is away and its edge has kept all it may: B holds its receive side for
+    // three peer timeouts while A has 250 fragments out for it. A must not declare B failed,
+    // B must take nothing while held, and once released every fragment arrives exactly once,
+    // the first within rto_max.
+    let mut ca = cfg(1, 100);
+    ca.peer_timeout = Duration::from_millis(300);
+    let rto_max = ca.rto_max;
+    let mut p = pair_with(ca, cfg(2, 200));
+    let sent = send_n(&mut p, 250, 0);
+    // The first 50 arrive before the hold, the others while held.
+    let mut m = Moved::default();
+    for d in &sent[..50] {
+        if let RxOutcome::Deliver { payload, .. } = p.b.handle_datagram(us(10), Channel::Data, d) {
+            m.got.push(d[payload][0]);
+        }
+    }
+    p.b.hold_receive(true);
+    assert!(p.b.receive_held());
+    for d in &sent[50..] {
+        assert_eq!(
+            p.b.handle_datagram(us(10), Channel::Data, d),
+            RxOutcome::Dropped(DropReason::Held)
+        );
+    }
+    assert_eq!(p.b.stats().held_recvs, 200);
+    let acks = tx(&mut p.b, us(10), Channel::Priority);
+    assert_eq!(
+        acks.len(),
+        1,
+        "one held ACK per pass, however many were dropped"
+    );
+    let a = hdr(&acks[0]).ack.unwrap();
+    assert!(a.held, "{a:?}");
+    assert_eq!(a.cum, 149, "the 50 taken before the hold, nothing after");
+    p.a.handle_datagram(us(20), Channel::Priority, &acks[0]);
+    let done: Vec<Event> = events(&mut p.a);
+    assert_eq!(done.len(), 50, "the 50 taken complete");
+
+    let mut t = us(20);
+    let release = us(900_000);
+    let (mut a_data_held, mut fast_held) = (0, u64::MAX);
+    let mut got_at = None;
+    let mut completed = done.len();
+    while t < us(2_000_000) {
+        if t >= release && p.b.receive_held() {
+            p.b.hold_receive(false);
+            a_data_held = m.a_data;
+            fast_held = p.a.stats().resends_fast;
+        }
+        let before = m.got.len();
+        hold_step(&mut p, t, true, &mut m);
+        if t < release {
+            assert_eq!(m.got.len(), 50, "delivered while held at {t:?}");
+        } else if m.got.len() > before && got_at.is_none() {
+            got_at = Some(t);
+        }
+        assert!(!failed(&m.a_events), "a held peer declared failed at {t:?}");
+        completed += std::mem::take(&mut m.a_events).len();
+        if completed == 250 {
+            break;
+        }
+        t = hold_next(&p, t, Duration::from_millis(1));
+    }
+    assert_eq!(completed, 250, "everything completed by {t:?}");
+    // The 50 taken before the hold first, in order; then every other exactly once. (The core
+    // delivers a fragment when it is accepted, and the retransmissions after the hold go in
+    // the order the timeout probes left them, as after any loss: ob1 orders by its own
+    // sequence numbers.)
+    let want: Vec<u8> = (0..50).collect();
+    assert_eq!(m.got[..50], want[..], "the fragments taken before the hold");
+    let mut rest = m.got[50..].to_vec();
+    rest.sort_unstable();
+    let want: Vec<u8> = (50..250).collect();
+    assert_eq!(rest, want, "every fragment exactly once");
+    let got_at = got_at.expect("delivered after the release");
+    assert!(got_at <= release + rto_max, "first delivery at {got_at:?}");
+    // Held for 0.9 s, A probed a few datagrams a second, not a window's worth per timeout.
+    assert!(a_data_held < 100, "{a_data_held} datagrams to a held peer");
+    assert!(p.b.stats().held_recvs > 200, "A kept probing the held peer");
+    assert_eq!(p.a.stats().peers_failed, 0);
+    assert_eq!(fast_held, 0, "a held ACK infers no loss");
+    assert!(p.a.is_idle(p.ab));
+}
+
+#[test]
+fn a_held_ack_is_no_acknowledgement_progress() {
+    // B holds from the start. Its held ACK, however often it arrives, opens no window, takes no
+    // RTT sample (the retransmit timer keeps its deadline and backs off as after any
+    // timeout), and counts as no duplicate ACK: nothing is repaired fast.
+    let mut cb = cfg(2, 200);
+    cb.rx_window = 16;
+    let mut p = pair_with(cfg(1, 100), cb);
+    for i in 0..40 {
+        p.a.submit_send(us(0), p.ab, 1, vec![i as u8; 1000], Cookie(i))
+            .unwrap();
+    }
+    let first = tx(&mut p.a, us(0), Channel::Data);
+    assert_eq!(first.len(), 16, "the window B announced");
+    p.b.hold_receive(true);
+    for d in &first {
+        assert_eq!(
+            p.b.handle_datagram(us(10), Channel::Data, d),
+            RxOutcome::Dropped(DropReason::Held)
+        );
+    }
+    let held = tx(&mut p.b, us(10), Channel::Priority);
+    assert_eq!(held.len(), 1);
+    assert!(hdr(&held[0]).ack.unwrap().held);
+    let deadline = p.a.poll_timeout().expect("a retransmission is due");
+    let stats = p.a.stats().clone();
+    for i in 0..50 {
+        assert_eq!(
+            p.a.handle_datagram(us(20 + i), Channel::Priority, &held[0]),
+            RxOutcome::Consumed
+        );
+        assert!(
+            tx(&mut p.a, us(20 + i), Channel::Data).is_empty(),
+            "no repair, no new data"
+        );
+    }
+    assert_eq!(
+        p.a.poll_timeout(),
+        Some(deadline),
+        "the retransmit timer stands"
+    );
+    let now = p.a.stats();
+    assert_eq!(now.dup_acks, stats.dup_acks, "not a duplicate ACK");
+    assert_eq!(now.ack_recvs, stats.ack_recvs + 50);
+    assert_eq!((now.resends_fast, now.resends_timeout), (0, 0));
+    assert!(events(&mut p.a).is_empty());
+    // The timeout probes as ever; the held ACK answering the probes leaves the timeout backed
+    // off: the next probes wait twice as long, up to rto_max.
+    let mut t = deadline;
+    let mut gaps = Vec::new();
+    let mut last = deadline;
+    for _ in 0..8 {
+        p.a.handle_timeout(t);
+        let probes = tx(&mut p.a, t, Channel::Data);
+        assert_eq!(probes.len(), 8, "timeout probes at {t:?}");
+        for d in &probes {
+            assert_eq!(
+                p.b.handle_datagram(t, Channel::Data, d),
+                RxOutcome::Dropped(DropReason::Held)
+            );
+        }
+        for a in tx(&mut p.b, t, Channel::Priority) {
+            p.a.handle_datagram(t + Duration::from_micros(10), Channel::Priority, &a);
+        }
+        assert!(tx(&mut p.a, t, Channel::Data).is_empty(), "no fast repair");
+        let next = p.a.poll_timeout().unwrap();
+        gaps.push(next.0 - last.0);
+        last = next;
+        t = next;
+    }
+    assert_eq!(p.a.stats().resends_fast, 0);
+    assert!(gaps.windows(2).all(|w| w[1] >= w[0]), "{gaps:?}");
+    assert_eq!(
+        *gaps.last().unwrap(),
+        200_000_000,
+        "backed off to rto_max: {gaps:?}"
+    );
+}
+
+#[test]
+fn a_replayed_held_ack_does_not_keep_a_silent_peer_alive() {
+    // B holds, answering A's probes with held ACKs, until 500 ms; then it dies. Every held
+    // ACK it sent is replayed to A every 10 ms from then on: A must declare B failed within
+    // a peer timeout of B's last genuine one.
+    let mut ca = cfg(1, 100);
+    ca.peer_timeout = Duration::from_millis(300);
+    let mut p = pair_with(ca, cfg(2, 200));
+    send_n(&mut p, 20, 0); // lost
+    p.b.hold_receive(true);
+    let mut m = Moved::default();
+    let mut t = us(1_000);
+    let death = us(500_000);
+    let mut last_genuine = None;
+    let mut failed_at = None;
+    let mut next_replay = death;
+    while t < us(3_000_000) {
+        let alive = t < death;
+        let before = m.acks.len();
+        hold_step(&mut p, t, alive, &mut m);
+        if m.acks.len() > before {
+            last_genuine = Some(t);
+        }
+        if !alive && t >= next_replay {
+            for a in m.acks.clone() {
+                p.a.handle_datagram(t, Channel::Priority, &a);
+            }
+            next_replay = t + Duration::from_millis(10);
+        }
+        m.a_events.extend(events(&mut p.a));
+        if failed(&m.a_events) {
+            failed_at = Some(t);
+            break;
+        }
+        t = hold_next(&p, t, Duration::from_millis(10)).min(next_replay.max(t + Duration(1)));
+    }
+    assert!(m.acks.len() >= 3, "B answered A's probes: {}", m.acks.len());
+    assert!(m.acks.iter().all(|a| hdr(a).ack.unwrap().held));
+    let last_genuine = last_genuine.unwrap();
+    assert!(
+        last_genuine > us(300_000),
+        "B was alive past a peer timeout: {last_genuine:?}"
+    );
+    let failed_at = failed_at.expect("a dead peer is declared failed despite the replays");
+    assert!(
+        failed_at <= last_genuine + Duration::from_millis(300) + Duration::from_millis(10),
+        "failed at {failed_at:?}, last held ACK at {last_genuine:?}"
+    );
+}

@@ -9,7 +9,7 @@ use super::module::{ModuleCell, ModuleState};
 
 /// Every counter of the protocol core, by its `Stats` field name (the statistics line's keys;
 /// a unit test checks that none is missing).
-pub fn core_counters(s: &Stats) -> [(&'static str, u64); 26] {
+pub fn core_counters(s: &Stats) -> [(&'static str, u64); 27] {
     [
         ("sends", s.sends),
         ("frag_sends", s.frag_sends),
@@ -37,6 +37,7 @@ pub fn core_counters(s: &Stats) -> [(&'static str, u64); 26] {
         ("peers_failed", s.peers_failed),
         ("lent_released", s.lent_released),
         ("spurious_resends", s.spurious_resends),
+        ("held_recvs", s.held_recvs),
     ]
 }
 

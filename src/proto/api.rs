@@ -279,6 +279,8 @@ pub enum DropReason {
     OutOfWindow,
     BadChunk,
     PeerFailed,
+    /// A new segment while the receive side is held (`Engine::hold_receive`).
+    Held,
 }
 
 /// Some bytes of a fragment delivered by `Event::DeliverPieces`.
@@ -421,4 +423,7 @@ pub struct Stats {
     /// Retransmissions the peer reported receiving twice (D-SACK): the original had arrived,
     /// only late. Counted once per report, fast repairs and timeouts alike.
     pub spurious_resends: u64,
+    /// New segments dropped unaccepted while the receive side was held
+    /// (`Engine::hold_receive`); their senders resend them once it is not.
+    pub held_recvs: u64,
 }

@@ -82,8 +82,13 @@ pub struct Peer {
     /// Low 16 bits of duplicates received from the peer, each to be named by an ACK of its
     /// own (D-SACK), oldest first, at most `MAX_DSACKS`.
     pub dsacks: VecDeque<u16>,
-    /// Last acknowledgement progress (or the start of outstanding work).
+    /// Last acknowledgement progress (or the start of outstanding work, or a held ACK that
+    /// counted: `Engine::held_ack`).
     pub last_progress: Instant,
+    /// `tx_count` when `last_progress` was last set by the peer or by new work: a held ACK
+    /// proves the peer alive only if it echoes a transmission above this one (sent since),
+    /// so a replayed one cannot keep a dead peer alive (it counts once at most).
+    pub progress_tx: u64,
     /// Last time the peer acknowledged a segment it had not acknowledged before, by the
     /// channel that segment went on (`[data, priority]`, like `acked_tx`; GET reply data and
     /// new work do not count, unlike for `last_progress`). A segment that may still wait in a
@@ -111,6 +116,9 @@ pub struct Peer {
     pub rw: RecvWindow,
     /// An acknowledgement is owed (something arrived since the last ACK went out).
     pub ack_owed: bool,
+    /// The engine holds its receive side and dropped a new segment of this peer's: the next
+    /// standalone ACK says so (`wire::FLAG_HELD`).
+    pub held_ack: bool,
     pub ack_deadline: Instant,
     /// The owed ACK must go out now (on the engine's ACK list).
     pub ack_due: bool,
@@ -209,6 +217,7 @@ impl Peer {
             resent: VecDeque::new(),
             dsacks: VecDeque::new(),
             last_progress: now,
+            progress_tx: 0,
             acked_at: [now; 2],
             acked_tx: [0; 2],
             next_msg_id: 1,
@@ -219,6 +228,7 @@ impl Peer {
             lent_q: VecDeque::new(),
             copy_q: VecDeque::new(),
             ack_owed: false,
+            held_ack: false,
             ack_deadline: Instant(0),
             ack_due: false,
             reasm: Reassembler::keyed(cfg.hash_key, super::chunk::open_limit(cfg.data_mtu)),
@@ -239,6 +249,13 @@ impl Peer {
     pub fn prune_lent(&mut self) {
         prune(&mut self.lent_q, &self.ops);
         prune(&mut self.copy_q, &self.ops);
+    }
+
+    /// The peer-failure clock starts again at `now`: the peer made progress (or new work
+    /// started). A held ACK must echo a transmission sent after this to count in turn.
+    pub fn progressed(&mut self, now: Instant) {
+        self.last_progress = now;
+        self.progress_tx = self.tx_count;
     }
 
     pub fn alloc_msg_id(&mut self) -> u32 {

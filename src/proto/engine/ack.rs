@@ -103,8 +103,18 @@ impl Engine {
         }
         progress |= sack_new;
         if progress {
-            p.last_progress = now;
+            p.progressed(now);
             p.rtt.backoff = 0;
+        } else if ack.held {
+            // The peer is alive but took nothing (docs/wire.md §5b): not a duplicate ACK (no
+            // loss inferred from it), no RTT sample, no window change, and the timeout stays
+            // backed off, so a held peer costs a few probes a second. It stops the failure
+            // clock only if it answers a transmission sent since the clock last started: a
+            // replay of an old one (or of this one) vouches for nothing recent.
+            if echo > p.progress_tx {
+                p.progressed(now);
+            }
+            return;
         } else if p.sw.in_flight() > 0 {
             self.stats.dup_acks += 1;
         }

@@ -71,6 +71,8 @@ pub struct Engine {
     overflow: Vec<super::seq::Seq>,
     /// Receive buffers kept for reassembly now (at most `Config::max_held`).
     held: u32,
+    /// The receive side is held (`hold_receive`): new segments are dropped unacknowledged.
+    rx_held: bool,
 }
 
 impl Engine {
@@ -97,7 +99,25 @@ impl Engine {
             rearm: Vec::new(),
             overflow: Vec::new(),
             held: 0,
+            rx_held: false,
         })
+    }
+
+    /// Holds (`true`) or resumes (`false`) the receive side. While held, a sequenced segment
+    /// the window would newly accept is dropped: nothing delivered, nothing acknowledged, and
+    /// its sender told with a standalone ACK flagged `HELD` (docs/wire.md §5b), which keeps
+    /// it from declaring us failed while its retransmissions back off as after any timeout.
+    /// For an edge whose application is away and has buffered all it may of what arrived:
+    /// the senders' windows then stay closed instead of everything they send piling up
+    /// here. Once resumed, the next retransmission is taken, within `Config::rto_max`.
+    /// ACKs, duplicates and everything this side sends go on as ever.
+    pub fn hold_receive(&mut self, held: bool) {
+        self.rx_held = held;
+    }
+
+    /// Whether the receive side is held (`hold_receive`).
+    pub fn receive_held(&self) -> bool {
+        self.rx_held
     }
 
     pub fn config(&self) -> &Config {

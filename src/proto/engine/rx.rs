@@ -80,6 +80,12 @@ impl Engine {
         if h.kind == Kind::Ack {
             return RxOutcome::Consumed;
         }
+        // The only cost of the hold on this path while it is off: one compare.
+        if self.rx_held {
+            if let Some(dropped) = self.refuse_held(pid, channel, &h) {
+                return dropped;
+            }
+        }
 
         // Reject what contradicts local state before the sequence number is marked received.
         let p = self.peers[pid as usize].as_mut().expect("live");
@@ -245,6 +251,7 @@ impl Engine {
                 g.got += plen as u64;
                 // Reply data proves the target alive (the peer-failure clock).
                 p.last_progress = now;
+                p.progress_tx = p.tx_count;
                 let region = g.local_region;
                 let offset = g.local_offset + h.offset as u64;
                 let cookie = g.cookie;
@@ -310,6 +317,31 @@ impl Engine {
                 RxOutcome::Consumed
             }
         }
+    }
+
+    /// While the receive side is held (`hold_receive`): a segment the window would newly accept
+    /// is not accepted. Its number stays free (its retransmission is taken once the hold
+    /// ends), nothing is delivered or acknowledged, and the peer hears of the hold in a
+    /// standalone ACK (one per pass at most, however many segments arrive: the ACK list holds
+    /// a peer once), which proves this side alive without opening the peer's window: the
+    /// peer's sends wait, as a TCP sender's do behind a zero window, instead of piling up
+    /// here. Its piggy-backed ACK information was processed already (it only frees our own
+    /// send side). Duplicates and segments outside the window go the ordinary way (they
+    /// cost nothing to keep). `None`: not refused.
+    fn refuse_held(&mut self, pid: u32, channel: Channel, h: &wire::Header) -> Option<RxOutcome> {
+        let p = self.peers[pid as usize].as_mut().expect("live");
+        if !p.rw.is_new(h.seq) {
+            return None;
+        }
+        // The held ACK echoes this transmission: the peer takes it as proof of life only if it
+        // names something sent since it last heard from us (a replay does not).
+        if channel == Channel::Data {
+            p.saw_tx(h.tx);
+        }
+        p.held_ack = true;
+        self.stats.held_recvs += 1;
+        self.ack_now(pid);
+        Some(RxOutcome::Dropped(DropReason::Held))
     }
 
     /// Completes the held PUTs whose barrier the receive window has now passed.

@@ -39,7 +39,7 @@ impl Engine {
             .expect("checked by usable_peer");
         if !p.outstanding() {
             // The peer-failure clock starts with the first outstanding work.
-            p.last_progress = now;
+            p.progressed(now);
         }
         let idx = p.ops.insert(op);
         if prio {
@@ -226,7 +226,7 @@ impl Engine {
                     p.last_refused_put = Some(id);
                     p.refusals_unsent += 1;
                     if !p.outstanding() {
-                        p.last_progress = now;
+                        p.progressed(now);
                     }
                     let op = Self::new_op(OpKind::PutRefuse, Vec::new(), 0, id, Cookie(0));
                     // First in line: acknowledgements are held until it has a sequence number.

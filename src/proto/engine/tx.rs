@@ -98,7 +98,8 @@ impl Engine {
                 continue;
             };
             p.in_ack_list = false;
-            if p.failed || !p.ack_due || p.refusals_unsent > MAX_UNSENT_REFUSALS {
+            // (A held ACK goes even when a segment carried the ordinary one: only it says so.)
+            if p.failed || !(p.ack_due || p.held_ack) || p.refusals_unsent > MAX_UNSENT_REFUSALS {
                 // (Held ACK information leaves on the refusal itself.)
                 continue;
             }
@@ -107,8 +108,11 @@ impl Engine {
             h.key = p.info.remote_key;
             h.ack = Some(AckInfo {
                 dsack: p.dsacks.pop_front(),
+                // Not once the hold has ended: the retransmissions will be taken.
+                held: p.held_ack && self.rx_held,
                 ..ack_info(p)
             });
+            p.held_ack = false;
             // The rest of the SACK bitmap, up to the highest arrival, as payload.
             let extra_bits = p.rw.sack_span().saturating_sub(32);
             let room = (p.prio_mtu - BASE_LEN).min(MAX_ACK_MAP);
