@@ -46,6 +46,7 @@ fn workdir() -> &'static Path {
             "spawnexit",
             "connect",
             "descown",
+            "hold",
         ] {
             let mut cc = Command::new("mpicc");
             cc.args(["-O2", "-pthread"])
@@ -960,6 +961,52 @@ fn computing_peer_is_not_declared_failed() {
     assert!(err.contains("peer rank 1 on host"), "{err}");
 }
 
+/// Rank 0 sends 12000 eager messages of 32 KiB (393 MB) to rank 1 while rank 1 sleeps for 8 s
+/// outside MPI, longer than a lowered peer timeout (3 s). The ACK helper keeps what arrives up
+/// to its bound (64 MiB per module), then holds rank 1's receive side: rank 0 waits instead of
+/// pouring everything into rank 1 (before the hold, rank 1 peaked at 847 MB), its held ACKs keep
+/// rank 0 from declaring it failed, and once back in MPI it takes everything, every byte checked.
+#[test]
+fn a_computing_rank_holds_what_it_receives() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let o = mpirun(
+        2,
+        &[
+            "--mca",
+            "btl",
+            "usnic,self",
+            "--mca",
+            "btl_usnic_peer_timeout",
+            "3000",
+            "--mca",
+            "btl_usnic_stats",
+            "1000",
+        ],
+        &["hold", "12000", "32768", "8000"],
+    );
+    let (out, err) = succeeded(&o);
+    assert!(
+        out.contains("OK: 12000 messages of 32768 bytes checked"),
+        "{out}"
+    );
+    let hwm_kb: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("rank 1: VmHWM "))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no VmHWM in:\n{out}"));
+    // The bound, ob1's copies of the unexpected messages it hands over, and the process
+    // itself; the 393 MB sent are far above.
+    let limit_kb = (64 + 150) * 1024;
+    assert!(
+        hwm_kb < limit_kb,
+        "rank 1 peaked at {hwm_kb} kB (limit {limit_kb} kB)\n{out}"
+    );
+    assert_eq!(stat_sum(&err, "peers_failed"), 0, "{err}");
+    assert!(stat_sum(&err, "holds") >= 1, "the helper never held\n{err}");
+    assert!(stat_sum(&err, "held_recvs") >= 1, "{err}");
+}
+
 /// `lentsend` with `size` bytes (rank 0 sends them to rank 1, which computes 3 s outside MPI
 /// first) and no ACK helper, so the receiver acknowledges nothing for 3 s; the fault injector
 /// drops `drop` % of the sent datagrams, and `extra` sets the parameters under test. Checks
@@ -1390,7 +1437,7 @@ fn periodic_statistics_are_cumulative_or_relative() {
                     refused_writes refused_gets ack_recvs dup_acks old_acks credits_exhausted \
                     bytes_sent bytes_received peers_failed lent_released spurious_resends held_recvs oversize_recvs puts gets frags_live \
                     gso_sends gso_datagrams gro_reads gro_datagrams busy_sends busy_batches cut_recvs \
-                    lost_sends";
+                    lost_sends holds";
         for l in err.lines().filter(|l| l.contains("btl:usnic: stats")) {
             let (head, rest) = l.split_once("] btl:usnic: stats ").expect("marker");
             assert!(head.starts_with('['), "{l}");

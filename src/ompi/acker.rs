@@ -8,6 +8,9 @@
 //! *defers* every upcall (deliveries copied out of the receive buffers, completions) to the next
 //! real progress call. PML callbacks therefore still run only on the application's threads.
 //! Its ACKs also stop the peers' retransmissions (lent sends complete on their own: `IDLE_NS`).
+//! What it keeps is bounded (`module::progress::DEFERRED_CAP` per module): beyond, the module
+//! holds its receive side (`Engine::hold_receive`), so the peers' sends wait at their end and
+//! its held ACKs tell them it is alive; the next progress call ends the hold.
 //!
 //! Every entry point takes the recursive lock in its guard (see `lock`), and so does this
 //! thread's pass, which is what makes its access to the module state sound.

@@ -68,7 +68,7 @@ pub fn stats_line(
         line,
         " oversize_recvs={} puts={} gets={} frags_live={} gso_sends={gso_sends} \
          gso_datagrams={gso_datagrams} gro_reads={gro_reads} gro_datagrams={gro_datagrams} \
-         busy_sends={} busy_batches={} cut_recvs={} lost_sends={}",
+         busy_sends={} busy_batches={} cut_recvs={} lost_sends={} holds={}",
         st.oversize_recvs,
         st.puts,
         st.gets,
@@ -78,7 +78,8 @@ pub fn stats_line(
         st.fabric.cut_recvs(Channel::Data),
         st.lost_sends
             + st.fabric.lost_batched(Channel::Data)
-            + st.fabric.lost_batched(Channel::Priority)
+            + st.fabric.lost_batched(Channel::Priority),
+        st.holds
     );
     if faults {
         let f = st.fabric.fault_stats();

@@ -113,6 +113,11 @@ pub struct ModuleState {
     pub stats_base: Stats,
     /// Upcalls collected by the ACK helper thread, run by the next progress call.
     pub deferred: Vec<Upcall>,
+    /// Bytes of the deliveries in `deferred`: at `progress::DEFERRED_CAP` the helper holds
+    /// the engine's receive side until the next progress call.
+    pub deferred_bytes: usize,
+    /// Times the helper held the receive side (statistics).
+    pub holds: u64,
     /// Memory peers may write or read (emulated RDMA).
     pub regions: Regions,
     /// Peers currently added (a module nobody is paired with is not polled: every poll of the
@@ -171,6 +176,8 @@ impl ModuleState {
             finalized: false,
             stats_base: Stats::default(),
             deferred: Vec::new(),
+            deferred_bytes: 0,
+            holds: 0,
             regions: Regions::new(),
             npeers: 0,
             puts: 0,

@@ -4,6 +4,19 @@ use crate::proto::Instant;
 
 use super::{ModuleCell, Upcall};
 
+/// Bytes of deliveries the ACK helper copies out for the application before it holds the
+/// module's receive side (`Engine::hold_receive`). Without a bound, a rank computing outside
+/// MPI took in everything its peers sent: 40000 32 KiB eager messages sent to a rank asleep
+/// for 30 s grew it to 2.5 GB (with tcp the senders wait and it stays at 52 MB). Held, the
+/// peers' windows stay closed and their held ACKs keep them from declaring this rank failed;
+/// the hold ends at the next progress call, and the peers' next retransmissions (at most
+/// `rto_max` apart) are taken. The helper reads at most one pass beyond the bound (two
+/// completion batches, or one reassembled fragment). The helper needs nothing kept for its
+/// purpose (peers must see a live rank, which held ACKs show as well); the bound only spares
+/// a rank that comes back after a short absence the retransmission delay, and 64 MiB is a
+/// few hundred eager messages or a few large fragments, small beside a node's memory.
+pub const DEFERRED_CAP: usize = 64 << 20;
+
 /// A module without peers is polled on every this many progress calls only (each poll of the
 /// udp provider costs a recvmsg per channel).
 const IDLE_POLL_EVERY: u32 = 64;
@@ -29,6 +42,11 @@ impl ModuleCell {
             }
             if !st.deferred.is_empty() {
                 batch.append(&mut st.deferred);
+                st.deferred_bytes = 0;
+                // The application is back: the senders' next retransmissions are taken.
+                if st.engine.receive_held() {
+                    st.engine.hold_receive(false);
+                }
             }
             let n = st.collect(now, &mut batch);
             st.transmit(now);
@@ -68,15 +86,27 @@ impl ModuleCell {
                     // not reposted yet (it is reposted right after this copy).
                     let v = unsafe { core::slice::from_raw_parts(data, len) }.to_vec();
                     st.fabric.repost(ch, buf);
+                    st.deferred_bytes += len;
                     st.deferred.push(Upcall::DeliverOwned { data: v, tag });
                 }
                 Upcall::DeliverPieces { pieces, len, tag } => {
                     let data = st.gather_pieces(&pieces, len);
                     st.release_pieces(pieces, &mut reposts);
+                    st.deferred_bytes += len;
                     st.deferred.push(Upcall::DeliverOwned { data, tag });
                 }
-                other => st.deferred.push(other),
+                other => {
+                    if let Upcall::DeliverOwned { data, .. } = &other {
+                        st.deferred_bytes += data.len();
+                    }
+                    st.deferred.push(other)
+                }
             }
+        }
+        if st.deferred_bytes >= DEFERRED_CAP && !st.engine.receive_held() {
+            // Enough kept for the application: what its peers send next waits at their end.
+            st.engine.hold_receive(true);
+            st.holds += 1;
         }
         for (ch, buf) in reposts {
             st.fabric.repost(ch, buf);
