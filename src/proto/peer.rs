@@ -83,7 +83,7 @@ pub struct Peer {
     /// own (D-SACK), oldest first, at most `MAX_DSACKS`.
     pub dsacks: VecDeque<u16>,
     /// Last acknowledgement progress (or the start of outstanding work, or a held ACK that
-    /// counted: `Engine::held_ack`).
+    /// counted: `progress_tx`, docs/wire.md §5b).
     pub last_progress: Instant,
     /// `tx_count` when `last_progress` was last set by the peer or by new work: a held ACK
     /// proves the peer alive only if it echoes a transmission above this one (sent since),

@@ -98,7 +98,8 @@ impl Engine {
                 continue;
             };
             p.in_ack_list = false;
-            // (A held ACK goes even when a segment carried the ordinary one: only it says so.)
+            // (An ACK flagged HELD goes even when a segment carried the ordinary one: only it
+            // tells the peer we are alive.)
             if p.failed || !(p.ack_due || p.held_ack) || p.refusals_unsent > MAX_UNSENT_REFUSALS {
                 // (Held ACK information leaves on the refusal itself.)
                 continue;
