@@ -89,6 +89,10 @@ pub struct Peer {
     /// proves the peer alive only if it echoes a transmission above this one (sent since),
     /// so a replayed one cannot keep a dead peer alive (it counts once at most).
     pub progress_tx: u64,
+    /// The peer's latest acknowledgement was a held ACK that counted (docs/wire.md §5b): it
+    /// drops what we send until it is back, so a timeout sends one probe, not
+    /// `TIMEOUT_PROBES` (a replayed held ACK does not count, so it cannot slow repairs so).
+    pub peer_holds: bool,
     /// Last time the peer acknowledged a segment it had not acknowledged before, by the
     /// channel that segment went on (`[data, priority]`, like `acked_tx`; GET reply data and
     /// new work do not count, unlike for `last_progress`). A segment that may still wait in a
@@ -218,6 +222,7 @@ impl Peer {
             dsacks: VecDeque::new(),
             last_progress: now,
             progress_tx: 0,
+            peer_holds: false,
             acked_at: [now; 2],
             acked_tx: [0; 2],
             next_msg_id: 1,
@@ -252,10 +257,12 @@ impl Peer {
     }
 
     /// The peer-failure clock starts again at `now`: the peer made progress (or new work
-    /// started). A held ACK must echo a transmission sent after this to count in turn.
+    /// started). A held ACK must echo a transmission sent after this to count in turn, and
+    /// until one does the peer is not taken to hold (`peer_holds`).
     pub fn progressed(&mut self, now: Instant) {
         self.last_progress = now;
         self.progress_tx = self.tx_count;
+        self.peer_holds = false;
     }
 
     pub fn alloc_msg_id(&mut self) -> u32 {

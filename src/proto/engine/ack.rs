@@ -108,15 +108,21 @@ impl Engine {
         } else if ack.held {
             // The peer is alive but took nothing (docs/wire.md §5b): not a duplicate ACK (no
             // loss inferred from it), no RTT sample, no window change, and the timeout stays
-            // backed off, so a held peer costs a few probes a second. It stops the failure
+            // backed off (and probes one segment at a time: `peer_holds`). It stops the failure
             // clock only if it answers a transmission sent since the clock last started: a
             // replay of an old one (or of this one) vouches for nothing recent.
             if echo > p.progress_tx {
                 p.progressed(now);
+                p.peer_holds = true;
             }
+            // (One that does not count, a replay or a second answer to the same probe, leaves
+            // `peer_holds` as it was.)
             return;
-        } else if p.sw.in_flight() > 0 {
-            self.stats.dup_acks += 1;
+        } else {
+            p.peer_holds = false;
+            if p.sw.in_flight() > 0 {
+                self.stats.dup_acks += 1;
+            }
         }
         if detect_losses(p, now) {
             self.ensure_resend(pid);

@@ -252,6 +252,7 @@ impl Engine {
                 // Reply data proves the target alive (the peer-failure clock).
                 p.last_progress = now;
                 p.progress_tx = p.tx_count;
+                p.peer_holds = false;
                 let region = g.local_region;
                 let offset = g.local_offset + h.offset as u64;
                 let cookie = g.cookie;

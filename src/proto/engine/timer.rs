@@ -58,6 +58,9 @@ impl Engine {
             // would be: after a timeout, the segments sent with it wait for the probes' ACKs.
             let mut expired = false;
             let mut probes = 0;
+            // A peer that holds its receive side drops every probe until it is back: one per
+            // timeout finds out when (its ACK then lets fast repair resend the rest).
+            let max_probes = if p.peer_holds { 1 } else { TIMEOUT_PROBES };
             let rto = Duration(p.rtt.rto());
             self.rearm.clear();
             self.overflow.clear();
@@ -69,7 +72,7 @@ impl Engine {
                     self.rearm.push((s, due));
                     continue;
                 }
-                if probes == TIMEOUT_PROBES {
+                if probes == max_probes {
                     self.overflow.push(s);
                     continue;
                 }
