@@ -462,6 +462,11 @@ pub fn finalize_module(c: &Component, m: &ModuleCell) -> i32 {
     if c.settings.stats_interval_s > 0 {
         super::stats_line::print_stats(c, m, true);
     }
+    // The shim frees the module struct right after this returns: nothing may call the PML
+    // with it (or with its error callback, whose component may be closed) from now on, not
+    // even the internal-error path while MPI_T keeps this component open.
+    m.btl.set(core::ptr::null_mut());
+    m.error_cb.set(None);
     let mut st = m.state.borrow_mut();
     st.finalized = true;
     if st.frags.live > 0 {
