@@ -2733,3 +2733,106 @@ fn a_replayed_held_ack_does_not_keep_a_silent_peer_alive() {
         "failed at {failed_at:?}, last held ACK at {last_genuine:?}"
     );
 }
+
+/// A holds its receive side (its helper has 64 MiB waiting) while its own GET from B is
+/// answered: B's reply data is refused, B keeps retransmitting it (and A keeps answering with
+/// held ACKs). B is alive throughout. A must not declare B failed.
+#[test]
+fn a_held_rank_with_a_get_outstanding_does_not_fail_its_live_target() {
+    let mut ca = cfg(1, 100);
+    ca.peer_timeout = Duration::from_millis(300);
+    let mut p = pair_with(ca, cfg(2, 200));
+    let req = get_request(&mut p, (0, 10), (42, 8), 3000, 7);
+    // B acknowledges the request.
+    p.b.handle_timeout(us(40));
+    for a in tx(&mut p.b, us(40), Channel::Priority) {
+        p.a.handle_datagram(us(50), Channel::Priority, &a);
+    }
+    // A's application is away and its helper holds; B answers.
+    p.a.hold_receive(true);
+    p.b.answer_get(us(60), p.ba, req, Ok(vec![9u8; 3000].into()));
+    let mut t = us(60);
+    let mut a_failed = None;
+    while t < us(2_000_000) {
+        for ch in [Channel::Priority, Channel::Data] {
+            for d in tx(&mut p.b, t, ch) {
+                p.a.handle_datagram(t, ch, &d);
+            }
+        }
+        p.a.handle_timeout(t);
+        for ch in [Channel::Priority, Channel::Data] {
+            for d in tx(&mut p.a, t, ch) {
+                p.b.handle_datagram(t, ch, &d);
+            }
+        }
+        p.b.handle_timeout(t);
+        if events(&mut p.a)
+            .iter()
+            .any(|e| matches!(e, Event::PeerFailed { .. }))
+        {
+            a_failed = Some(t);
+            break;
+        }
+        let mut n = t + Duration::from_millis(5);
+        for x in [p.a.poll_timeout(), p.b.poll_timeout()]
+            .into_iter()
+            .flatten()
+        {
+            n = n.min(x);
+        }
+        t = n.max(t + Duration::from_micros(1));
+    }
+    assert!(p.a.stats().held_recvs > 0, "A refused B's reply");
+    assert_eq!(p.b.stats().peers_failed, 0, "B does not fail A (held ACKs)");
+    assert_eq!(
+        a_failed, None,
+        "A declared its live target failed at {a_failed:?}"
+    );
+}
+
+/// The whole job is stopped (SIGSTOP) for longer than the peer timeout while A's GET waits
+/// for its reply (request acknowledged, nothing in A's retransmit hotel). On resume A must
+/// not declare B failed before B had any chance to run.
+#[test]
+fn a_stopped_rank_waiting_for_a_get_reply_is_not_failed_on_resume() {
+    let mut ca = cfg(1, 100);
+    ca.peer_timeout = Duration::from_millis(300);
+    let mut p = pair_with(ca, cfg(2, 200));
+    let _req = get_request(&mut p, (0, 10), (42, 8), 3000, 7);
+    p.b.handle_timeout(us(40));
+    for a in tx(&mut p.b, us(40), Channel::Priority) {
+        p.a.handle_datagram(us(50), Channel::Priority, &a);
+    }
+    // SIGSTOP for 2 s; A happens to run first on resume.
+    let resumed = us(2_000_000);
+    p.a.handle_timeout(resumed);
+    assert!(
+        !events(&mut p.a)
+            .iter()
+            .any(|e| matches!(e, Event::PeerFailed { .. })),
+        "declared failed on resume, before the peer ran"
+    );
+}
+
+/// B took 50 segments, then holds; its one held ACK acknowledges those 50 (progress) and says
+/// it holds. A's next timeout should probe once (B drops everything), not 8 times.
+#[test]
+fn a_held_ack_that_also_acknowledges_still_marks_the_peer_holding() {
+    let mut p = pair();
+    let sent = send_n(&mut p, 100, 0);
+    for d in &sent[..50] {
+        p.b.handle_datagram(us(10), Channel::Data, d);
+    }
+    p.b.hold_receive(true);
+    for d in &sent[50..] {
+        p.b.handle_datagram(us(10), Channel::Data, d);
+    }
+    let acks = tx(&mut p.b, us(10), Channel::Priority);
+    assert_eq!(acks.len(), 1);
+    assert!(hdr(&acks[0]).ack.unwrap().held);
+    p.a.handle_datagram(us(20), Channel::Priority, &acks[0]);
+    let t = p.a.poll_timeout().unwrap();
+    p.a.handle_timeout(t);
+    let probes = tx(&mut p.a, t, Channel::Data);
+    assert_eq!(probes.len(), 1, "probes to a peer that just said it holds");
+}

@@ -102,7 +102,17 @@ impl Engine {
             }
         }
         progress |= sack_new;
-        if progress {
+        if progress && ack.held {
+            // What the peer took before it began to hold is acknowledged above; from now on it
+            // drops what we send, as below: no loss inferred, the timeout left backed off and
+            // one probe per timeout. (It acknowledged new segments, so it is no replay.) What
+            // the window now lets out may go: at worst a window's worth dropped once, where
+            // waiting for a probe would hang if nothing were left in flight to time out.
+            p.progressed(now);
+            p.peer_holds = true;
+            self.ensure_ready(pid);
+            return;
+        } else if progress {
             p.progressed(now);
             p.rtt.backoff = 0;
         } else if ack.held {

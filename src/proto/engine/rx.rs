@@ -82,7 +82,7 @@ impl Engine {
         }
         // The only cost of the hold on this path while it is off: one compare.
         if self.rx_held {
-            if let Some(dropped) = self.refuse_held(pid, channel, &h) {
+            if let Some(dropped) = self.refuse_held(now, pid, channel, &h) {
                 return dropped;
             }
         }
@@ -249,14 +249,12 @@ impl Engine {
                     return RxOutcome::Consumed;
                 };
                 g.got += plen as u64;
-                // Reply data proves the target alive (the peer-failure clock).
-                p.last_progress = now;
-                p.progress_tx = p.tx_count;
-                p.peer_holds = false;
                 let region = g.local_region;
                 let offset = g.local_offset + h.offset as u64;
                 let cookie = g.cookie;
                 let done = g.got >= g.len;
+                // Reply data proves the target alive (the peer-failure clock).
+                p.progressed(now);
                 let completion = if done {
                     p.gets.remove(&h.id);
                     Some(Event::GetComplete {
@@ -329,10 +327,23 @@ impl Engine {
     /// here. Its piggy-backed ACK information was processed already (it only frees our own
     /// send side). Duplicates and segments outside the window go the ordinary way (they
     /// cost nothing to keep). `None`: not refused.
-    fn refuse_held(&mut self, pid: u32, channel: Channel, h: &wire::Header) -> Option<RxOutcome> {
+    fn refuse_held(
+        &mut self,
+        now: Instant,
+        pid: u32,
+        channel: Channel,
+        h: &wire::Header,
+    ) -> Option<RxOutcome> {
         let p = self.peers[pid as usize].as_mut().expect("live");
         if !p.rw.is_new(h.seq) {
             return None;
+        }
+        // Work of ours that waits on receiving (a GET's reply, the segments below a held PUT's
+        // barrier) is refused here too: the peer's new segment proves it alive as the reply
+        // data itself would have, or our own failure clock would run out on a peer that is
+        // sending all along.
+        if !p.gets.is_empty() || !p.held_puts.is_empty() {
+            p.progressed(now);
         }
         // The held ACK echoes this transmission: the peer takes it as proof of life only if it
         // names something sent since it last heard from us (a replay does not).

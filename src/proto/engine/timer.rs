@@ -18,6 +18,24 @@ impl Engine {
     /// Fire due timers: retransmissions, delayed ACKs, peer failure. Also starts a new
     /// progress pass: the retransmission budget is refilled to `max_resends_per_pass`.
     pub fn handle_timeout(&mut self, now: Instant) {
+        // The edge calls this as soon as a progress pass finds a timer due. Being late for the
+        // earliest one by more than `rto_max` means this process did not run (stopped with
+        // SIGSTOP, as a job suspension or gang scheduler does, or away from MPI with
+        // `btl_usnic_ack_thread 0`), at the latest from that deadline on and at the earliest
+        // from its last call into the engine: no probe left and no answer was read meanwhile,
+        // so that time (taken from the last call, less `rto_max`) is not silence of the
+        // peers' and their failure clocks do not count it. Otherwise every rank resumed after
+        // `peer_timeout` would declare its peers failed at once, before they ran, whatever its
+        // outstanding work (a retransmission, a GET waiting for its reply, a PUT for its
+        // barrier), the failure deadline itself being the one found late.
+        let rto_max = self.cfg.rto_max.0;
+        let stalled = match self.poll_timeout() {
+            Some(due) if now.0.saturating_sub(due.0) > rto_max => now
+                .0
+                .saturating_sub(self.last_now.0)
+                .saturating_sub(rto_max),
+            _ => 0,
+        };
         self.commit_write();
         self.touch(now);
         self.resend_budget = self.cfg.max_resends_per_pass;
@@ -28,18 +46,8 @@ impl Engine {
             if p.failed {
                 continue;
             }
-            // A retransmission that falls due while this process does not run (stopped with
-            // SIGSTOP, as a job suspension or gang scheduler does, or away from MPI with
-            // `btl_usnic_ack_thread 0`) is a probe the peer never saw: the time we were late
-            // for it beyond `rto_max` is not silence of the peer's, so its failure clock does
-            // not count it. Otherwise every rank resumed after `peer_timeout` declares its
-            // peers failed at once, before sending them anything.
-            if let Some(d) = p.hotel.next_deadline() {
-                let late = now.0.saturating_sub(d.0);
-                if late > self.cfg.rto_max.0 {
-                    let credit = Duration(late - self.cfg.rto_max.0);
-                    p.last_progress = (p.last_progress + credit).min(now);
-                }
+            if stalled > 0 {
+                p.last_progress = (p.last_progress + Duration(stalled)).min(now);
             }
             // A few probes per timeout: the oldest expired segments are resent and the others
             // wait another (backed-off) timeout. When the timeout was spurious (ACKs only late, as
