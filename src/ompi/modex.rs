@@ -222,10 +222,11 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<ModexEntry>, String> {
             return Err(format!("entry {i}: provider name of {plen} bytes"));
         }
         let provider = String::from_utf8_lossy(r.take(plen as usize)?).into_owned();
-        if data_mtu < 64 {
+        // The core's floors: it would raise a smaller announced size and send past it.
+        if (data_mtu as usize) < crate::proto::MIN_DATA_MTU {
             return Err(format!("entry {i}: data MTU {data_mtu} too small"));
         }
-        if prio_mtu < 64 {
+        if (prio_mtu as usize) < crate::proto::MIN_PRIORITY_MTU {
             return Err(format!("entry {i}: priority MTU {prio_mtu} too small"));
         }
         out.push(ModexEntry {
@@ -273,7 +274,7 @@ mod tests {
             rx_window: 100 + i as u32,
             host: 0x0123_4567_89ab_cdef,
             prio_mtu: 768,
-            wire: 4,
+            wire: crate::proto::wire::VERSION,
             rdma: RDMA_GET,
             provider: "udp".into(),
         }
@@ -333,7 +334,10 @@ mod tests {
         theirs.wire = 3;
         let (what, ours, their) = mismatch(&mine, &theirs).unwrap();
         assert!(what.contains("different builds"), "{what}");
-        assert_eq!((ours.as_str(), their.as_str()), ("4", "3"));
+        assert_eq!(
+            (ours, their.as_str()),
+            (crate::proto::wire::VERSION.to_string(), "3")
+        );
     }
 
     #[test]
@@ -363,16 +367,22 @@ mod tests {
         let mut e = entry(1);
         e.address.clear();
         assert!(decode(&encode(&[e])).is_err());
+        // Below the core's floors (it would raise them and send past what was announced).
         let mut e = entry(1);
-        e.data_mtu = 3;
-        assert!(decode(&encode(&[e])).is_err());
+        e.data_mtu = crate::proto::MIN_DATA_MTU as u32 - 1;
+        assert!(decode(&encode(&[e])).unwrap_err().contains("data MTU"));
         let mut blob = encode(&[entry(1)]);
         let at = blob.len() - 4; // the provider name's length
         blob[at] = 200;
         assert!(decode(&blob).unwrap_err().contains("provider name"));
         let mut e = entry(1);
-        e.prio_mtu = 3;
-        assert!(decode(&encode(&[e])).unwrap_err().contains("priority MTU"));
+        e.prio_mtu = crate::proto::MIN_PRIORITY_MTU as u32 - 1;
+        assert!(decode(&encode(&[e.clone()]))
+            .unwrap_err()
+            .contains("priority MTU"));
+        e.prio_mtu += 1;
+        e.data_mtu = crate::proto::MIN_DATA_MTU as u32;
+        assert!(decode(&encode(&[e])).is_ok());
     }
 
     #[test]

@@ -29,7 +29,7 @@ pub mod window;
 pub mod wire;
 
 pub use api::*;
-pub use config::{MAX_MTU, MIN_DATA_MTU};
+pub use config::{MAX_MTU, MIN_DATA_MTU, MIN_PRIORITY_MTU};
 pub use engine::Engine;
 pub use idmap::{splitmix64, IdMap};
 pub use payload::{Lent, Payload};
