@@ -77,7 +77,8 @@ done
 # Only one user of the cluster at a time: netns-cluster.sh has fixed host names (h1..hN).
 # (tests/suite/netns.sh takes the same lock.) NC_LOCK_HELD=1: the caller holds it on the fd 9
 # we inherit (netns_lib.sh's two_hosts_for_manyreq); opening the file again would wait for it.
-if [ "${NC_LOCK_HELD:-0}" != 1 ]; then
+# flock on that fd succeeds at once when it is so; a stray NC_LOCK_HELD without it does not.
+if ! { [ "${NC_LOCK_HELD:-0}" = 1 ] && flock -n 9 2>/dev/null; }; then
     exec 9>/run/lock/usnic-rs-netns.lock
     if ! flock -n 9; then
         echo "run-netns: waiting for /run/lock/usnic-rs-netns.lock (another netns run holds it)"

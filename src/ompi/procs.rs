@@ -141,9 +141,7 @@ pub fn add_procs(
             continue;
         }
         if let Some(x) = agreement(c, &theirs) {
-            if m.index == 0 {
-                report_mismatch(c, vpid, &host, x);
-            }
+            report_mismatch(c, vpid, &host, x);
             continue;
         }
         let i_am_first = (c.my_jobid, c.my_vpid) < (jobid, vpid);

@@ -74,7 +74,7 @@ impl ModuleCell {
         let mut reposts = Vec::new();
         st.collect(now, &mut ups);
         for up in ups {
-            match up {
+            let kept = match up {
                 Upcall::DeliverInPlace {
                     ch,
                     buf,
@@ -86,22 +86,19 @@ impl ModuleCell {
                     // not reposted yet (it is reposted right after this copy).
                     let v = unsafe { core::slice::from_raw_parts(data, len) }.to_vec();
                     st.fabric.repost(ch, buf);
-                    st.deferred_bytes += len;
-                    st.deferred.push(Upcall::DeliverOwned { data: v, tag });
+                    Upcall::DeliverOwned { data: v, tag }
                 }
                 Upcall::DeliverPieces { pieces, len, tag } => {
                     let data = st.gather_pieces(&pieces, len);
                     st.release_pieces(pieces, &mut reposts);
-                    st.deferred_bytes += len;
-                    st.deferred.push(Upcall::DeliverOwned { data, tag });
+                    Upcall::DeliverOwned { data, tag }
                 }
-                other => {
-                    if let Upcall::DeliverOwned { data, .. } = &other {
-                        st.deferred_bytes += data.len();
-                    }
-                    st.deferred.push(other)
-                }
+                other => other,
+            };
+            if let Upcall::DeliverOwned { data, .. } = &kept {
+                st.deferred_bytes += data.len();
             }
+            st.deferred.push(kept);
         }
         if st.deferred_bytes >= DEFERRED_CAP && !st.engine.receive_held() {
             // Enough kept for the application: what its peers send next waits at their end.
