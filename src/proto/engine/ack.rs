@@ -102,32 +102,30 @@ impl Engine {
             }
         }
         progress |= sack_new;
-        if progress && ack.held {
-            // What the peer took before it began to hold is acknowledged above; from now on it
-            // drops what we send, as below: no loss inferred, the timeout left backed off and
-            // one probe per timeout. (It acknowledged new segments, so it is no replay.) What
-            // the window now lets out may go: at worst a window's worth dropped once, where
-            // waiting for a probe would hang if nothing were left in flight to time out.
-            p.progressed(now);
-            p.peer_holds = true;
-            self.ensure_ready(pid);
-            return;
-        } else if progress {
-            p.progressed(now);
-            p.rtt.backoff = 0;
-        } else if ack.held {
-            // The peer is alive but took nothing (docs/wire.md §5b): not a duplicate ACK (no
-            // loss inferred from it), no RTT sample, no window change, and the timeout stays
-            // backed off (and probes one segment at a time: `peer_holds`). It stops the failure
-            // clock only if it answers a transmission sent since the clock last started: a
-            // replay of an old one (or of this one) vouches for nothing recent.
-            if echo > p.progress_tx {
+        if ack.held {
+            // The peer holds its receive side (docs/wire.md §5b) and drops what we send until it
+            // is back: no loss inferred (not a duplicate ACK), no RTT sample, the timeout left
+            // backed off, one probe per timeout (`peer_holds`). What it acknowledges of what it
+            // took before the hold is progress, and such an ACK is no replay. One that
+            // acknowledges nothing proves the peer alive only if it answers a transmission
+            // sent since the failure clock last started: a replay of an old one (or a second
+            // answer to the same probe) vouches for nothing recent and leaves `peer_holds` as
+            // it was.
+            if progress || echo > p.progress_tx {
                 p.progressed(now);
                 p.peer_holds = true;
             }
-            // (One that does not count, a replay or a second answer to the same probe, leaves
-            // `peer_holds` as it was.)
+            // What acknowledged segments freed of the window may go: at worst a window's worth
+            // dropped once, where waiting for a probe would hang if nothing were left in flight
+            // to time out.
+            if progress {
+                self.ensure_ready(pid);
+            }
             return;
+        }
+        if progress {
+            p.progressed(now);
+            p.rtt.backoff = 0;
         } else {
             p.peer_holds = false;
             if p.sw.in_flight() > 0 {
