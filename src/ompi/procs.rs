@@ -57,7 +57,7 @@ fn shares_host(c: &Component, theirs: &[ModexEntry]) -> bool {
 
 /// A setting that differs between this process and a peer (`modex::mismatch`): no module pairs
 /// with that peer.
-fn agreement(c: &Component, theirs: &[ModexEntry]) -> Option<modex::Mismatch> {
+fn mismatch_with(c: &Component, theirs: &[ModexEntry]) -> Option<modex::Mismatch> {
     modex::mismatch(&c.modules.first()?.entry, theirs.first()?)
 }
 
@@ -140,7 +140,7 @@ pub fn add_procs(
         if same_node && !c.settings.same_node {
             continue;
         }
-        if let Some(x) = agreement(c, &theirs) {
+        if let Some(x) = mismatch_with(c, &theirs) {
             report_mismatch(c, vpid, &host, x);
             continue;
         }
@@ -184,7 +184,7 @@ pub fn add_procs(
             let same_node = local_to_open_mpi(p) || shares_host(c, &theirs);
             if (jobid, vpid) == (c.my_jobid, c.my_vpid)
                 || (same_node && !c.settings.same_node)
-                || agreement(c, &theirs).is_some()
+                || mismatch_with(c, &theirs).is_some()
             {
                 continue;
             }

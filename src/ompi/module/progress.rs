@@ -44,9 +44,7 @@ impl ModuleCell {
                 batch.append(&mut st.deferred);
                 st.deferred_bytes = 0;
                 // The application is back: the senders' next retransmissions are taken.
-                if st.engine.receive_held() {
-                    st.engine.hold_receive(false);
-                }
+                st.engine.hold_receive(false);
             }
             let n = st.collect(now, &mut batch);
             st.transmit(now);
