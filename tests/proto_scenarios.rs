@@ -2734,20 +2734,26 @@ fn a_replayed_held_ack_does_not_keep_a_silent_peer_alive() {
     );
 }
 
+/// A's GET of 3000 bytes from B, its request acknowledged by B at 50 us (nothing of A's left in
+/// flight), A's peer timeout 300 ms; returns B's request id.
+fn get_acknowledged_with_a_300_ms_peer_timeout() -> (Pair, u32) {
+    let mut ca = cfg(1, 100);
+    ca.peer_timeout = Duration::from_millis(300);
+    let mut p = pair_with(ca, cfg(2, 200));
+    let req = get_request(&mut p, (0, 10), (42, 8), 3000, 7);
+    p.b.handle_timeout(us(40));
+    for a in tx(&mut p.b, us(40), Channel::Priority) {
+        p.a.handle_datagram(us(50), Channel::Priority, &a);
+    }
+    (p, req)
+}
+
 /// A holds its receive side (its helper has 64 MiB waiting) while its own GET from B is
 /// answered: B's reply data is refused, B keeps retransmitting it (and A keeps answering with
 /// held ACKs). B is alive throughout. A must not declare B failed.
 #[test]
 fn a_held_rank_with_a_get_outstanding_does_not_fail_its_live_target() {
-    let mut ca = cfg(1, 100);
-    ca.peer_timeout = Duration::from_millis(300);
-    let mut p = pair_with(ca, cfg(2, 200));
-    let req = get_request(&mut p, (0, 10), (42, 8), 3000, 7);
-    // B acknowledges the request.
-    p.b.handle_timeout(us(40));
-    for a in tx(&mut p.b, us(40), Channel::Priority) {
-        p.a.handle_datagram(us(50), Channel::Priority, &a);
-    }
+    let (mut p, req) = get_acknowledged_with_a_300_ms_peer_timeout();
     // A's application is away and its helper holds; B answers.
     p.a.hold_receive(true);
     p.b.answer_get(us(60), p.ba, req, Ok(vec![9u8; 3000].into()));
@@ -2795,14 +2801,7 @@ fn a_held_rank_with_a_get_outstanding_does_not_fail_its_live_target() {
 /// not declare B failed before B had any chance to run.
 #[test]
 fn a_stopped_rank_waiting_for_a_get_reply_is_not_failed_on_resume() {
-    let mut ca = cfg(1, 100);
-    ca.peer_timeout = Duration::from_millis(300);
-    let mut p = pair_with(ca, cfg(2, 200));
-    let _req = get_request(&mut p, (0, 10), (42, 8), 3000, 7);
-    p.b.handle_timeout(us(40));
-    for a in tx(&mut p.b, us(40), Channel::Priority) {
-        p.a.handle_datagram(us(50), Channel::Priority, &a);
-    }
+    let (mut p, _req) = get_acknowledged_with_a_300_ms_peer_timeout();
     // SIGSTOP for 2 s; A happens to run first on resume.
     let resumed = us(2_000_000);
     p.a.handle_timeout(resumed);
