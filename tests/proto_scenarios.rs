@@ -1722,14 +1722,21 @@ fn nothing_sent_to_a_peer_with_small_datagrams_exceeds_them() {
         ..cfg(2, 200)
     };
     let mut p = pair_with(cfg(1, 100), small);
-    for (i, len) in [100, 460, 600, 5000].into_iter().enumerate() {
+    let got = sizes_delivered(&mut p, &[100, 460, 600, 5000], |_| 512);
+    assert_eq!(got, [100, 460, 600, 5000]);
+}
+
+/// A sends B one message of each length at 0 us, B reads every datagram at 10 us; no datagram
+/// on a channel may be longer than `max(channel)`. The lengths B delivered, sorted.
+fn sizes_delivered(p: &mut Pair, lens: &[usize], max: impl Fn(Channel) -> usize) -> Vec<usize> {
+    for (i, &len) in lens.iter().enumerate() {
         p.a.submit_send(us(0), p.ab, 1, vec![i as u8; len], Cookie(i as u64 + 1))
             .unwrap();
     }
     let mut got = Vec::new();
     for ch in [Channel::Priority, Channel::Data] {
         for d in tx(&mut p.a, us(0), ch) {
-            assert!(d.len() <= 512, "a {}-byte datagram on {ch:?}", d.len());
+            assert!(d.len() <= max(ch), "a {}-byte datagram on {ch:?}", d.len());
             match p.b.handle_datagram(us(10), ch, &d) {
                 RxOutcome::Deliver { payload, .. } => got.push(payload.len()),
                 RxOutcome::Consumed => {}
@@ -1742,7 +1749,7 @@ fn nothing_sent_to_a_peer_with_small_datagrams_exceeds_them() {
         _ => None,
     }));
     got.sort_unstable();
-    assert_eq!(got, [100, 460, 600, 5000]);
+    got
 }
 
 /// A peer whose `btl_usnic_priority_limit` is below ours (128 against our 768; the parameter
@@ -1758,22 +1765,10 @@ fn nothing_on_the_priority_channel_exceeds_the_peer_s_priority_size() {
     };
     let mut p = pair_with(cfg(1, 100), small);
     // Tiny messages of ours: each arrives at once, none of them oversized at B.
-    for (i, len) in [10, 70, 300, 700].into_iter().enumerate() {
-        p.a.submit_send(us(0), p.ab, 1, vec![i as u8; len], Cookie(i as u64 + 1))
-            .unwrap();
-    }
-    let mut got = Vec::new();
-    for ch in [Channel::Priority, Channel::Data] {
-        for d in tx(&mut p.a, us(0), ch) {
-            if ch == Channel::Priority {
-                assert!(d.len() <= 128, "a {}-byte priority datagram", d.len());
-            }
-            if let RxOutcome::Deliver { payload, .. } = p.b.handle_datagram(us(10), ch, &d) {
-                got.push(payload.len());
-            }
-        }
-    }
-    got.sort_unstable();
+    let got = sizes_delivered(&mut p, &[10, 70, 300, 700], |ch| match ch {
+        Channel::Priority => 128,
+        Channel::Data => usize::MAX,
+    });
     assert_eq!(got, [10, 70, 300, 700]);
     // Our ACKs: B's datagrams arrive with the first one lost, so the SACK map spans a thousand
     // segments, more than a 128-byte ACK holds; the ACK carries what fits.
